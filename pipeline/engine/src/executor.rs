@@ -1,0 +1,805 @@
+//! The local executor: runs ready nodes in parallel under CPU and memory slots.
+//!
+//! Scheduling happens on the calling thread; every node runs on its own worker thread inside
+//! a rayon pool of the threads it asked for. A node is run only while its lease is held, and
+//! its outputs are stored before its manifest, so a crash or a kill at any moment leaves
+//! either a complete result or none. Independent nodes keep going when one fails if
+//! `keep_going` is set; results already stored are never lost.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::panic::AssertUnwindSafe;
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::Serialize;
+
+use crate::dag::{Dag, InputDef};
+use crate::digest::{Artifact, Digest, NodeKeyTag};
+use crate::error::{EngineError, Tier};
+use crate::fsutil::{host_name, peak_rss_bytes, rfc3339};
+use crate::key::KeyMaterial;
+use crate::lease::{try_acquire, Lease, LeaseAttempt, LeaseHolder};
+use crate::plan::{material_for, SourceCache};
+use crate::store::{
+    Manifest, OutputRecord, Provenance, RefRecord, Store, StoreError, MANIFEST_SCHEMA_VERSION,
+};
+use crate::task::{ProgressEvent, TaskContext, TaskError};
+
+/// How progress is shown on stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProgressMode {
+    /// Live bars (a terminal).
+    Bars,
+    /// One line per finished node and occasional progress lines (logs, CI).
+    Plain,
+    /// Nothing.
+    Quiet,
+}
+
+/// Provenance shared by every node of a run.
+#[derive(Clone, Debug, Default)]
+pub struct ProvenanceBase {
+    pub tool: String,
+    pub tool_version: String,
+    pub git_revision: Option<String>,
+    pub run_id: String,
+    pub user: Option<String>,
+    pub cpu: String,
+    pub os: String,
+    pub libraries: BTreeMap<String, String>,
+}
+
+/// Settings of one `run`.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// Namespace of refs (the spec's name), for "why is it stale".
+    pub spec: String,
+    /// CPU slots.
+    pub threads: usize,
+    /// Memory slots in MiB.
+    pub memory_mb: u64,
+    pub keep_going: bool,
+    /// Node indices to recompute even when fresh.
+    pub force: BTreeSet<usize>,
+    pub progress: ProgressMode,
+    pub provenance: ProvenanceBase,
+    /// How often to look again at a node another process is computing.
+    pub poll_interval: Duration,
+}
+
+/// What happened to one node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Computed by this process.
+    Executed,
+    /// Its result was already stored.
+    Cached,
+    /// Another process computed it while this one waited.
+    ComputedElsewhere,
+    Failed,
+    /// Not run: an upstream node failed, or the run stopped after a failure.
+    Skipped,
+}
+
+/// Report of one node.
+#[derive(Clone, Debug, Serialize)]
+pub struct NodeReport {
+    pub id: String,
+    pub stage: String,
+    pub key: Option<Digest<NodeKeyTag>>,
+    pub outcome: Outcome,
+    pub duration_s: Option<f64>,
+    pub error: Option<String>,
+    #[serde(skip)]
+    pub error_tier: Option<Tier>,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Report of a run.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunReport {
+    pub nodes: Vec<NodeReport>,
+}
+
+impl RunReport {
+    pub fn count(&self, outcome: Outcome) -> usize {
+        self.nodes.iter().filter(|n| n.outcome == outcome).count()
+    }
+
+    /// The worst tier among failures, if any failed.
+    pub fn failure_tier(&self) -> Option<Tier> {
+        let tiers: Vec<Tier> = self.nodes.iter().filter_map(|n| n.error_tier).collect();
+        if tiers.is_empty() {
+            None
+        } else if tiers.contains(&Tier::Internal) {
+            Some(Tier::Internal)
+        } else if tiers.contains(&Tier::Environment) {
+            Some(Tier::Environment)
+        } else {
+            Some(Tier::User)
+        }
+    }
+}
+
+enum State {
+    Pending,
+    Ready {
+        material: KeyMaterial,
+        key: Digest<NodeKeyTag>,
+    },
+    Waiting {
+        material: KeyMaterial,
+        key: Digest<NodeKeyTag>,
+    },
+    Running,
+    Finished,
+}
+
+enum WorkerResult {
+    Done {
+        outputs: BTreeMap<String, OutputRecord>,
+        seconds: f64,
+    },
+    TaskFailed {
+        error: TaskError,
+        seconds: f64,
+    },
+    CorruptInput {
+        input: String,
+        digest: Digest<Artifact>,
+        message: String,
+    },
+    Engine(EngineError),
+}
+
+enum Event {
+    Finished { node: usize, result: WorkerResult },
+}
+
+struct Ui {
+    mode: ProgressMode,
+    mp: Option<MultiProgress>,
+    overall: Option<ProgressBar>,
+    bars: HashMap<usize, ProgressBar>,
+    last_plain: HashMap<usize, Instant>,
+    total: usize,
+    finished: usize,
+}
+
+impl Ui {
+    fn new(mode: ProgressMode, total: usize) -> Self {
+        let (mp, overall) = if mode == ProgressMode::Bars {
+            let mp = MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(8));
+            let bar = mp.add(ProgressBar::new(total as u64));
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} nodes {msg}",
+                )
+                .expect("valid template"),
+            );
+            bar.enable_steady_tick(Duration::from_millis(250));
+            (Some(mp), Some(bar))
+        } else {
+            (None, None)
+        };
+        Ui {
+            mode,
+            mp,
+            overall,
+            bars: HashMap::new(),
+            last_plain: HashMap::new(),
+            total,
+            finished: 0,
+        }
+    }
+
+    fn line(&self, text: &str) {
+        match (&self.mp, self.mode) {
+            (Some(mp), _) => {
+                let _ = mp.println(text);
+            }
+            (None, ProgressMode::Plain) => eprintln!("{text}"),
+            _ => {}
+        }
+    }
+
+    fn started(&mut self, node: usize, id: &str) {
+        if let Some(mp) = &self.mp {
+            let bar = mp.add(ProgressBar::new(0));
+            bar.set_style(
+                ProgressStyle::with_template("  {prefix:.bold} {bar:20} {pos}/{len} {msg}")
+                    .expect("valid template"),
+            );
+            bar.set_prefix(id.to_string());
+            self.bars.insert(node, bar);
+        }
+    }
+
+    fn progress(&mut self, ev: &ProgressEvent, id: &str) {
+        if let Some(bar) = self.bars.get(&ev.node) {
+            bar.set_length(ev.total);
+            bar.set_position(ev.done);
+            bar.set_message(ev.message.clone());
+        } else if self.mode == ProgressMode::Plain {
+            let now = Instant::now();
+            let due = self
+                .last_plain
+                .get(&ev.node)
+                .is_none_or(|t| now.duration_since(*t) >= Duration::from_secs(15));
+            if due || ev.done == ev.total {
+                self.last_plain.insert(ev.node, now);
+                eprintln!("upcc:   {id}: {}/{} {}", ev.done, ev.total, ev.message);
+            }
+        }
+    }
+
+    fn finished(
+        &mut self,
+        node: usize,
+        id: &str,
+        outcome: Outcome,
+        seconds: Option<f64>,
+        error: Option<&str>,
+    ) {
+        self.finished += 1;
+        if let Some(bar) = self.bars.remove(&node) {
+            bar.finish_and_clear();
+            if let Some(mp) = &self.mp {
+                mp.remove(&bar);
+            }
+        }
+        if let Some(o) = &self.overall {
+            o.set_position(self.finished as u64);
+        }
+        let n = format!(
+            "[{:>w$}/{}]",
+            self.finished,
+            self.total,
+            w = self.total.to_string().len()
+        );
+        match outcome {
+            Outcome::Executed => self.line(&format!(
+                "upcc: {n} ran      {id} ({:.1} s)",
+                seconds.unwrap_or(0.0)
+            )),
+            Outcome::ComputedElsewhere => self.line(&format!(
+                "upcc: {n} shared   {id} (computed by another process)"
+            )),
+            Outcome::Failed => {
+                self.line(&format!("upcc: {n} FAILED   {id}: {}", error.unwrap_or("")))
+            }
+            Outcome::Cached | Outcome::Skipped => {}
+        }
+    }
+
+    fn done(&self) {
+        if let Some(o) = &self.overall {
+            o.finish_and_clear();
+        }
+    }
+}
+
+/// Run every node of `dag` that is not fresh in `store`.
+pub fn run(dag: &Dag, store: &Store, cfg: &RunConfig) -> Result<RunReport, EngineError> {
+    let n = dag.len();
+    let mut state: Vec<State> = (0..n).map(|_| State::Pending).collect();
+    let mut resolved: Vec<Option<BTreeMap<String, OutputRecord>>> = vec![None; n];
+    let mut reports: Vec<Option<NodeReport>> = vec![None; n];
+    let mut sources = SourceCache::new(true);
+    let mut source_bytes: HashMap<(usize, String), Arc<Vec<u8>>> = HashMap::new();
+    let mut corrupt_retries = vec![0u32; n];
+    let mut free_threads = cfg.threads.max(1);
+    let mut free_memory = cfg.memory_mb;
+    let mut running = 0usize;
+    let mut stopped = false;
+    let (tx, rx): (Sender<Event>, Receiver<Event>) = channel();
+    let (ptx, prx) = channel::<ProgressEvent>();
+    let mut ui = Ui::new(cfg.progress, n);
+    let mut last_poll = Instant::now() - cfg.poll_interval;
+
+    let report = |i: usize, key: Option<Digest<NodeKeyTag>>, outcome: Outcome| NodeReport {
+        id: dag.node(i).id.clone(),
+        stage: dag.node(i).stage.clone(),
+        key,
+        outcome,
+        duration_s: None,
+        error: None,
+        error_tier: None,
+        labels: dag.node(i).labels.clone(),
+    };
+
+    loop {
+        // 1. Resolve pending nodes whose inputs are all known (topological order: one pass).
+        for i in 0..n {
+            if !matches!(state[i], State::Pending) {
+                continue;
+            }
+            let ups = dag.upstream(i);
+            if ups.iter().any(|&u| {
+                matches!(
+                    reports[u].as_ref().map(|r| r.outcome),
+                    Some(Outcome::Failed | Outcome::Skipped)
+                )
+            }) {
+                let mut r = report(i, None, Outcome::Skipped);
+                r.error = Some("an upstream node failed".into());
+                reports[i] = Some(r);
+                state[i] = State::Finished;
+                ui.finished(i, &dag.node(i).id, Outcome::Skipped, None, None);
+                continue;
+            }
+            let Some(material) = material_for(dag, i, &resolved, &mut sources)? else {
+                continue;
+            };
+            for (name, input) in &dag.node(i).inputs {
+                if let InputDef::Source(src) = input {
+                    source_bytes.insert((i, name.clone()), sources.get(src)?.1);
+                }
+            }
+            let key = material.digest()?;
+            if !cfg.force.contains(&i) {
+                if let Some(m) = store.fresh_manifest(&key)? {
+                    finish_cached(store, cfg, dag, i, &material, key, m.outputs, &mut resolved)?;
+                    reports[i] = Some(report(i, Some(key), Outcome::Cached));
+                    state[i] = State::Finished;
+                    ui.finished(i, &dag.node(i).id, Outcome::Cached, None, None);
+                    continue;
+                }
+            }
+            state[i] = State::Ready { material, key };
+        }
+
+        // 2. Start what fits, take over nodes other processes were computing.
+        let poll_due = last_poll.elapsed() >= cfg.poll_interval;
+        if poll_due {
+            last_poll = Instant::now();
+        }
+        if !stopped {
+            for i in 0..n {
+                let waiting = matches!(state[i], State::Waiting { .. });
+                if !(matches!(state[i], State::Ready { .. }) || (waiting && poll_due)) {
+                    continue;
+                }
+                let (material, key) = match &state[i] {
+                    State::Ready { material, key } | State::Waiting { material, key } => {
+                        (material.clone(), *key)
+                    }
+                    _ => unreachable!("checked above"),
+                };
+                if waiting && !cfg.force.contains(&i) {
+                    if let Some(m) = store.fresh_manifest(&key)? {
+                        finish_cached(
+                            store,
+                            cfg,
+                            dag,
+                            i,
+                            &material,
+                            key,
+                            m.outputs,
+                            &mut resolved,
+                        )?;
+                        reports[i] = Some(report(i, Some(key), Outcome::ComputedElsewhere));
+                        state[i] = State::Finished;
+                        ui.finished(i, &dag.node(i).id, Outcome::ComputedElsewhere, None, None);
+                        continue;
+                    }
+                }
+                let res = dag.node(i).resources;
+                let threads = res.threads.clamp(1, cfg.threads.max(1));
+                let fits_memory = res.memory_mb <= free_memory || running == 0;
+                if threads > free_threads || !fits_memory {
+                    continue;
+                }
+                let lock_path = store.ensure_lock_parent(&key)?;
+                let holder = LeaseHolder {
+                    host: host_name(),
+                    pid: std::process::id(),
+                    run_id: cfg.provenance.run_id.clone(),
+                    since: rfc3339(SystemTime::now()),
+                };
+                let lease = match try_acquire(&lock_path, &holder)? {
+                    LeaseAttempt::Acquired(l) => l,
+                    LeaseAttempt::Busy(who) => {
+                        if !waiting {
+                            let by = who
+                                .map(|h| format!(" (pid {} on {})", h.pid, h.host))
+                                .unwrap_or_default();
+                            ui.line(&format!(
+                                "upcc: waiting  {} is being computed by another process{by}",
+                                dag.node(i).id
+                            ));
+                        }
+                        state[i] = State::Waiting { material, key };
+                        continue;
+                    }
+                };
+                // Someone may have finished it between our check and the lease.
+                if !cfg.force.contains(&i) {
+                    if let Some(m) = store.fresh_manifest(&key)? {
+                        drop(lease);
+                        finish_cached(
+                            store,
+                            cfg,
+                            dag,
+                            i,
+                            &material,
+                            key,
+                            m.outputs,
+                            &mut resolved,
+                        )?;
+                        reports[i] = Some(report(i, Some(key), Outcome::ComputedElsewhere));
+                        state[i] = State::Finished;
+                        ui.finished(i, &dag.node(i).id, Outcome::ComputedElsewhere, None, None);
+                        continue;
+                    }
+                }
+                free_threads -= threads;
+                free_memory = free_memory.saturating_sub(res.memory_mb);
+                running += 1;
+                state[i] = State::Running;
+                reports[i] = Some(report(i, Some(key), Outcome::Executed));
+                ui.started(i, &dag.node(i).id);
+                let job = Job {
+                    index: i,
+                    dag_node: dag.node(i).clone(),
+                    material,
+                    key,
+                    sources: dag
+                        .node(i)
+                        .inputs
+                        .iter()
+                        .filter_map(|(name, _)| {
+                            source_bytes
+                                .get(&(i, name.clone()))
+                                .map(|b| (name.clone(), b.clone()))
+                        })
+                        .collect(),
+                    upstream_of_input: dag
+                        .node(i)
+                        .inputs
+                        .iter()
+                        .filter_map(|(name, inp)| match inp {
+                            InputDef::Node { node, .. } => Some((name.clone(), node.0)),
+                            InputDef::Source(_) => None,
+                        })
+                        .collect(),
+                    threads,
+                    store: store.clone(),
+                    cfg: cfg.clone(),
+                };
+                let tx = tx.clone();
+                let ptx = ptx.clone();
+                std::thread::Builder::new()
+                    .name(format!("upcc-node-{i}"))
+                    .spawn(move || {
+                        let node = job.index;
+                        let result = job.execute(lease, ptx);
+                        let _ = tx.send(Event::Finished { node, result });
+                    })
+                    .map_err(|e| {
+                        EngineError::Internal(format!("cannot spawn a worker thread: {e}"))
+                    })?;
+            }
+        }
+
+        let waiting_any = state.iter().any(|s| matches!(s, State::Waiting { .. }));
+        let ready_any = state.iter().any(|s| matches!(s, State::Ready { .. }));
+        if running == 0 && (stopped || (!waiting_any && !ready_any)) {
+            break;
+        }
+
+        // 3. Wait for something to happen.
+        while let Ok(ev) = prx.try_recv() {
+            ui.progress(&ev, &dag.node(ev.node).id);
+        }
+        let event = match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(e) => e,
+            Err(_) => continue,
+        };
+        match event {
+            Event::Finished { node: i, result } => {
+                running -= 1;
+                let res = dag.node(i).resources;
+                free_threads += res.threads.clamp(1, cfg.threads.max(1));
+                free_memory = (free_memory + res.memory_mb).min(cfg.memory_mb);
+                let r = reports[i].as_mut().expect("running node has a report");
+                match result {
+                    WorkerResult::Done { outputs, seconds } => {
+                        r.duration_s = Some(seconds);
+                        resolved[i] = Some(outputs);
+                        state[i] = State::Finished;
+                        ui.finished(i, &dag.node(i).id, Outcome::Executed, Some(seconds), None);
+                    }
+                    WorkerResult::TaskFailed { error, seconds } => {
+                        r.duration_s = Some(seconds);
+                        r.outcome = Outcome::Failed;
+                        r.error_tier = Some(if error.is_user_error() {
+                            Tier::User
+                        } else {
+                            Tier::Environment
+                        });
+                        r.error = Some(error.to_string());
+                        state[i] = State::Finished;
+                        ui.finished(
+                            i,
+                            &dag.node(i).id,
+                            Outcome::Failed,
+                            Some(seconds),
+                            Some(&error.to_string()),
+                        );
+                        if !cfg.keep_going {
+                            stopped = true;
+                        }
+                    }
+                    WorkerResult::CorruptInput {
+                        input,
+                        digest,
+                        message,
+                    } => {
+                        // Never serve it: quarantine, forget the producer's result, rerun both.
+                        store.quarantine_object(&digest)?;
+                        let up = dag.upstream(i).into_iter().find(|&u| {
+                            dag.node(i).inputs.iter().any(|(n, inp)| {
+                                n == &input
+                                    && matches!(inp, InputDef::Node { node, .. } if node.0 == u)
+                            })
+                        });
+                        corrupt_retries[i] += 1;
+                        ui.line(&format!("upcc: corrupt object {} ({message}); quarantined, recomputing its producer", digest.short()));
+                        match up {
+                            Some(u) if corrupt_retries[i] <= 2 => {
+                                if let Some(k) = reports[u].as_ref().and_then(|r| r.key) {
+                                    store.quarantine_manifest(&k)?;
+                                }
+                                resolved[u] = None;
+                                reports[u] = None;
+                                state[u] = State::Pending;
+                                reports[i] = None;
+                                state[i] = State::Pending;
+                                ui.finished = ui.finished.saturating_sub(1);
+                            }
+                            _ => {
+                                let r = reports[i].as_mut().expect("report");
+                                r.outcome = Outcome::Failed;
+                                r.error_tier = Some(Tier::Environment);
+                                r.error = Some(format!(
+                                    "input `{input}` is corrupt in the store: {message}"
+                                ));
+                                state[i] = State::Finished;
+                                if !cfg.keep_going {
+                                    stopped = true;
+                                }
+                            }
+                        }
+                    }
+                    WorkerResult::Engine(e) => {
+                        r.outcome = Outcome::Failed;
+                        r.error_tier = Some(e.tier());
+                        r.error = Some(e.to_string());
+                        state[i] = State::Finished;
+                        ui.finished(
+                            i,
+                            &dag.node(i).id,
+                            Outcome::Failed,
+                            None,
+                            Some(&e.to_string()),
+                        );
+                        if !cfg.keep_going {
+                            stopped = true;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    ui.done();
+
+    let nodes = (0..n)
+        .map(|i| {
+            reports[i].take().unwrap_or_else(|| {
+                let mut r = report(i, None, Outcome::Skipped);
+                r.error = Some("not started: the run stopped after a failure (use --keep-going to run independent nodes)".into());
+                r
+            })
+        })
+        .collect();
+    Ok(RunReport { nodes })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn finish_cached(
+    store: &Store,
+    cfg: &RunConfig,
+    dag: &Dag,
+    i: usize,
+    material: &KeyMaterial,
+    key: Digest<NodeKeyTag>,
+    outputs: BTreeMap<String, OutputRecord>,
+    resolved: &mut [Option<BTreeMap<String, OutputRecord>>],
+) -> Result<(), EngineError> {
+    resolved[i] = Some(outputs);
+    update_ref(store, &cfg.spec, &dag.node(i).id, material, key)
+}
+
+fn update_ref(
+    store: &Store,
+    spec: &str,
+    node_id: &str,
+    material: &KeyMaterial,
+    key: Digest<NodeKeyTag>,
+) -> Result<(), EngineError> {
+    let current = store.read_ref(spec, node_id)?;
+    if current.as_ref().map(|r| r.key) != Some(key) {
+        store.write_ref(
+            spec,
+            &RefRecord {
+                node_id: node_id.to_string(),
+                key,
+                material: material.clone(),
+            },
+        )?;
+    }
+    Ok(())
+}
+
+struct Job {
+    index: usize,
+    dag_node: crate::dag::NodeDef,
+    material: KeyMaterial,
+    key: Digest<NodeKeyTag>,
+    sources: BTreeMap<String, Arc<Vec<u8>>>,
+    upstream_of_input: BTreeMap<String, usize>,
+    threads: usize,
+    store: Store,
+    cfg: RunConfig,
+}
+
+impl Job {
+    fn execute(self, lease: Lease, progress: Sender<ProgressEvent>) -> WorkerResult {
+        let started_at = SystemTime::now();
+        let t0 = Instant::now();
+        let mut inputs = BTreeMap::new();
+        for (name, _) in &self.dag_node.inputs {
+            if let Some(bytes) = self.sources.get(name) {
+                inputs.insert(name.clone(), bytes.clone());
+                continue;
+            }
+            let digest = self.material.inputs[name];
+            match self.store.read_object(&digest) {
+                Ok(bytes) => {
+                    inputs.insert(name.clone(), Arc::new(bytes));
+                }
+                Err(e @ (StoreError::Corrupt { .. } | StoreError::MissingObject(_))) => {
+                    let _ = self.upstream_of_input.get(name);
+                    return WorkerResult::CorruptInput {
+                        input: name.clone(),
+                        digest,
+                        message: e.to_string(),
+                    };
+                }
+                Err(e) => return WorkerResult::Engine(e.into()),
+            }
+        }
+        let pool = match rayon::ThreadPoolBuilder::new()
+            .num_threads(self.threads)
+            .build()
+        {
+            Ok(p) => p,
+            Err(e) => {
+                return WorkerResult::Engine(EngineError::Internal(format!(
+                    "cannot build a thread pool: {e}"
+                )))
+            }
+        };
+        let mut ctx = TaskContext::new(
+            self.index,
+            &self.dag_node.id,
+            inputs,
+            Some(progress),
+            self.threads,
+        );
+        ctx.log(format!(
+            "stage {} v{} key {}",
+            self.dag_node.stage, self.dag_node.stage_version, self.key
+        ));
+        let task = self.dag_node.task.clone();
+        let outcome =
+            pool.install(|| std::panic::catch_unwind(AssertUnwindSafe(|| task.run(&mut ctx))));
+        let seconds = t0.elapsed().as_secs_f64();
+        let result = match outcome {
+            Ok(r) => r,
+            Err(panic) => {
+                let msg = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "unknown panic".into());
+                Err(TaskError::Failed(format!("internal error (panic): {msg}")))
+            }
+        };
+        if let Err(error) = result {
+            ctx.log(format!("FAILED: {error}"));
+            let (_, _, log) = ctx.into_parts();
+            let _ = self.store.write_log(&self.key, &log);
+            drop(lease);
+            return WorkerResult::TaskFailed { error, seconds };
+        }
+        let (pending, summary, log) = ctx.into_parts();
+        let result = self.publish(pending, summary, &log, started_at, seconds);
+        drop(lease);
+        match result {
+            Ok(outputs) => WorkerResult::Done { outputs, seconds },
+            Err(e) => WorkerResult::Engine(e),
+        }
+    }
+
+    fn publish(
+        &self,
+        pending: BTreeMap<String, crate::task::PendingOutput>,
+        summary: serde_json::Value,
+        log: &str,
+        started_at: SystemTime,
+        seconds: f64,
+    ) -> Result<BTreeMap<String, OutputRecord>, EngineError> {
+        let declared: BTreeSet<&String> = self.dag_node.outputs.iter().collect();
+        let produced: BTreeSet<&String> = pending.keys().collect();
+        if declared != produced {
+            return Err(EngineError::Internal(format!(
+                "stage `{}` produced outputs {:?} but declares {:?}",
+                self.dag_node.stage, produced, declared
+            )));
+        }
+        let mut outputs = BTreeMap::new();
+        for (name, out) in pending {
+            let digest = self.store.put_object(&out.bytes)?;
+            outputs.insert(
+                name,
+                OutputRecord {
+                    digest,
+                    bytes: out.bytes.len() as u64,
+                    media_type: out.media_type,
+                    file_name: out.file_name,
+                },
+            );
+        }
+        let p = &self.cfg.provenance;
+        let manifest = Manifest {
+            manifest_schema: MANIFEST_SCHEMA_VERSION,
+            key: self.key,
+            node_id: self.dag_node.id.clone(),
+            material: self.material.clone(),
+            outputs: outputs.clone(),
+            summary,
+            provenance: Provenance {
+                tool: p.tool.clone(),
+                tool_version: p.tool_version.clone(),
+                git_revision: p.git_revision.clone(),
+                host: host_name(),
+                user: p.user.clone(),
+                pid: std::process::id(),
+                run_id: p.run_id.clone(),
+                started_at: rfc3339(started_at),
+                finished_at: rfc3339(SystemTime::now()),
+                duration_s: seconds,
+                threads: self.threads,
+                process_peak_rss_bytes: peak_rss_bytes(),
+                cpu: p.cpu.clone(),
+                os: p.os.clone(),
+                libraries: p.libraries.clone(),
+            },
+        };
+        self.store.write_manifest(&manifest)?;
+        self.store.write_log(&self.key, log)?;
+        update_ref(
+            &self.store,
+            &self.cfg.spec,
+            &self.dag_node.id,
+            &self.material,
+            self.key,
+        )?;
+        Ok(outputs)
+    }
+}

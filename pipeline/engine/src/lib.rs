@@ -1,0 +1,29 @@
+//! upcc-engine: the content-addressed DAG engine of upcc.
+//!
+//! It knows DAGs, node keys, the store, leases and the local executor, and nothing of
+//! clustering: stages are opaque [`Task`]s that turn verified input bytes into output bytes.
+//! See `README.md` in this crate for what it owns and what it does not.
+
+pub mod canonical;
+pub mod dag;
+pub mod digest;
+pub mod error;
+pub mod executor;
+pub mod fsutil;
+pub mod key;
+pub mod lease;
+pub mod plan;
+pub mod store;
+pub mod task;
+
+pub use dag::{Dag, DagBuilder, InputDef, NodeDef, NodeIndex, Source, SourceLocation};
+pub use digest::{Artifact, Digest, NodeKeyTag};
+pub use error::{EngineError, Tier};
+pub use executor::{run, NodeReport, Outcome, ProgressMode, ProvenanceBase, RunConfig, RunReport};
+pub use key::{KeyChange, KeyMaterial, KEY_SCHEMA_VERSION};
+pub use plan::{plan, NodeStatus, PlanEntry};
+pub use store::{Manifest, OutputRecord, Provenance, RefRecord, Store, StoreError};
+pub use task::{PendingOutput, Resources, Task, TaskContext, TaskError};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,185 @@
+//! Planning: which nodes are fresh, stale (and why) or missing, without running anything.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::dag::{Dag, InputDef, Source};
+use crate::digest::{Artifact, Digest, NodeKeyTag};
+use crate::error::EngineError;
+use crate::key::{diff, KeyMaterial, KEY_SCHEMA_VERSION};
+use crate::store::{OutputRecord, Store};
+
+/// State of a node before a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeStatus {
+    /// A manifest for the current key is stored with all outputs.
+    Fresh,
+    /// It was computed before (for this spec) under another key.
+    Stale,
+    /// Never computed for this spec.
+    Missing,
+}
+
+/// One row of `upcc status`.
+#[derive(Clone, Debug, Serialize)]
+pub struct PlanEntry {
+    pub id: String,
+    pub stage: String,
+    pub status: NodeStatus,
+    /// Known when all inputs are known.
+    pub key: Option<Digest<NodeKeyTag>>,
+    /// Why it is stale: changed params, inputs, versions; or the upstream that will rerun.
+    pub reasons: Vec<String>,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Hashes of source files, read once per command.
+#[derive(Default)]
+pub struct SourceCache {
+    entries: HashMap<String, (Digest<Artifact>, Arc<Vec<u8>>)>,
+    keep_bytes: bool,
+}
+
+impl SourceCache {
+    pub fn new(keep_bytes: bool) -> Self {
+        SourceCache {
+            entries: HashMap::new(),
+            keep_bytes,
+        }
+    }
+
+    pub fn get(
+        &mut self,
+        source: &Source,
+    ) -> Result<(Digest<Artifact>, Arc<Vec<u8>>), EngineError> {
+        let name = source.display();
+        if let Some(e) = self.entries.get(&name) {
+            return Ok(e.clone());
+        }
+        let (digest, bytes) = source.digest().map_err(|e| EngineError::Source {
+            context: source.context.clone(),
+            path: name.clone(),
+            message: e.to_string(),
+        })?;
+        let kept = if self.keep_bytes {
+            Arc::new(bytes)
+        } else {
+            Arc::new(Vec::new())
+        };
+        self.entries.insert(name, (digest, kept.clone()));
+        Ok((digest, kept))
+    }
+}
+
+/// Key material of node `i`, or `None` while an upstream output is unknown.
+pub(crate) fn material_for(
+    dag: &Dag,
+    i: usize,
+    resolved: &[Option<BTreeMap<String, OutputRecord>>],
+    sources: &mut SourceCache,
+) -> Result<Option<KeyMaterial>, EngineError> {
+    let node = dag.node(i);
+    let mut inputs = BTreeMap::new();
+    for (name, input) in &node.inputs {
+        let digest = match input {
+            InputDef::Node { node: up, output } => match &resolved[up.0] {
+                Some(outs) => outs.get(output).map(|o| o.digest).ok_or_else(|| {
+                    EngineError::Internal(format!(
+                        "`{}` lacks output `{output}`",
+                        dag.node(up.0).id
+                    ))
+                })?,
+                None => return Ok(None),
+            },
+            InputDef::Source(src) => sources.get(src)?.0,
+        };
+        inputs.insert(name.clone(), digest);
+    }
+    Ok(Some(KeyMaterial {
+        key_schema: KEY_SCHEMA_VERSION,
+        stage: node.stage.clone(),
+        stage_version: node.stage_version,
+        params: node.params.clone(),
+        inputs,
+        numerics: node.numerics.clone(),
+    }))
+}
+
+/// Plan `dag` against `store` without writing anything.
+pub fn plan(dag: &Dag, store: &Store, spec: &str) -> Result<Vec<PlanEntry>, EngineError> {
+    let mut sources = SourceCache::new(false);
+    let mut resolved: Vec<Option<BTreeMap<String, OutputRecord>>> = vec![None; dag.len()];
+    let mut out: Vec<PlanEntry> = Vec::with_capacity(dag.len());
+    for i in 0..dag.len() {
+        let node = dag.node(i);
+        let previous = store.read_ref(spec, &node.id)?;
+        let material = material_for(dag, i, &resolved, &mut sources)?;
+        let entry = match material {
+            Some(material) => {
+                let key = material.digest()?;
+                if let Some(m) = store.fresh_manifest(&key)? {
+                    resolved[i] = Some(m.outputs);
+                    PlanEntry {
+                        id: node.id.clone(),
+                        stage: node.stage.clone(),
+                        status: NodeStatus::Fresh,
+                        key: Some(key),
+                        reasons: vec![],
+                        labels: node.labels.clone(),
+                    }
+                } else if let Some(prev) = previous {
+                    let mut reasons: Vec<String> = diff(&prev.material, &material)
+                        .iter()
+                        .map(|c| c.to_string())
+                        .collect();
+                    if reasons.is_empty() {
+                        reasons.push("its stored result is missing or incomplete (deleted, quarantined or never finished)".into());
+                    }
+                    PlanEntry {
+                        id: node.id.clone(),
+                        stage: node.stage.clone(),
+                        status: NodeStatus::Stale,
+                        key: Some(key),
+                        reasons,
+                        labels: node.labels.clone(),
+                    }
+                } else {
+                    PlanEntry {
+                        id: node.id.clone(),
+                        stage: node.stage.clone(),
+                        status: NodeStatus::Missing,
+                        key: Some(key),
+                        reasons: vec![],
+                        labels: node.labels.clone(),
+                    }
+                }
+            }
+            None => {
+                let waiting: Vec<String> = dag
+                    .upstream(i)
+                    .into_iter()
+                    .filter(|&u| resolved[u].is_none())
+                    .map(|u| format!("upstream `{}` will run first", dag.node(u).id))
+                    .collect();
+                let status = if previous.is_some() {
+                    NodeStatus::Stale
+                } else {
+                    NodeStatus::Missing
+                };
+                PlanEntry {
+                    id: node.id.clone(),
+                    stage: node.stage.clone(),
+                    status,
+                    key: None,
+                    reasons: waiting,
+                    labels: node.labels.clone(),
+                }
+            }
+        };
+        out.push(entry);
+    }
+    Ok(out)
+}

@@ -1,0 +1,749 @@
+//! The artifact store: immutable objects named by their blake3 digest, one manifest per node
+//! key, refs from logical node ids to their latest key, per-node logs and lock files.
+//!
+//! Layout (version [`STORE_LAYOUT_VERSION`]):
+//! ```text
+//! STORE.json                 layout version, shared flag
+//! objects/ab/cdef…           object bytes (read-only), name = blake3 of the bytes
+//! nodes/ab/cdef….json        manifest of node key abcdef…
+//! refs/<spec>/<hash>.json    last key computed for a logical node id (explains staleness)
+//! logs/ab/cdef….log          log of the last execution of a node key
+//! locks/ab/cdef….lock        flock(2) lease per node key
+//! tmp/                       temp files (same filesystem, renamed into place)
+//! quarantine/                corrupt objects and manifests moved aside by `verify`
+//! ```
+//! No embedded database: everything is a file written atomically, so the store can live on
+//! a cluster filesystem shared by many processes and users.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::digest::{Artifact, Digest, NodeKeyTag};
+use crate::fsutil::{atomic_write, host_name, pid_alive, temp_owner};
+use crate::key::KeyMaterial;
+
+/// Version of the on-disk layout; a store with another version is refused, never rewritten.
+pub const STORE_LAYOUT_VERSION: u32 = 1;
+/// Version of the manifest format.
+pub const MANIFEST_SCHEMA_VERSION: u32 = 1;
+
+/// Errors of the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("I/O error on `{path}`: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("`{0}` is not an upcc store (no STORE.json)")]
+    NotAStore(PathBuf),
+    #[error("store `{path}` has layout version {found}, this upcc reads version {expected}")]
+    LayoutVersion {
+        path: PathBuf,
+        found: u32,
+        expected: u32,
+    },
+    #[error("object {digest} is corrupt: its bytes hash to {actual}")]
+    Corrupt {
+        digest: Digest<Artifact>,
+        actual: Digest<Artifact>,
+    },
+    #[error("object {0} is missing from the store")]
+    MissingObject(Digest<Artifact>),
+    #[error("malformed JSON in `{path}`: {source}")]
+    BadJson {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// One output of a node.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OutputRecord {
+    pub digest: Digest<Artifact>,
+    pub bytes: u64,
+    pub media_type: String,
+    /// Suggested file name when the object is exported (`embeddings.parquet`).
+    pub file_name: String,
+}
+
+/// What happened around a computation; never part of the key.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Provenance {
+    pub tool: String,
+    pub tool_version: String,
+    pub git_revision: Option<String>,
+    pub host: String,
+    pub user: Option<String>,
+    pub pid: u32,
+    pub run_id: String,
+    pub started_at: String,
+    pub finished_at: String,
+    pub duration_s: f64,
+    pub threads: usize,
+    pub process_peak_rss_bytes: Option<u64>,
+    pub cpu: String,
+    pub os: String,
+    #[serde(default)]
+    pub libraries: BTreeMap<String, String>,
+}
+
+/// The record of one computed node.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub manifest_schema: u32,
+    pub key: Digest<NodeKeyTag>,
+    pub node_id: String,
+    pub material: KeyMaterial,
+    pub outputs: BTreeMap<String, OutputRecord>,
+    /// Small stage-reported facts (sizes, accuracies, epochs run).
+    pub summary: Value,
+    pub provenance: Provenance,
+}
+
+/// The latest key computed for a logical node id within one spec.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RefRecord {
+    pub node_id: String,
+    pub key: Digest<NodeKeyTag>,
+    pub material: KeyMaterial,
+}
+
+#[derive(Serialize, Deserialize)]
+struct StoreInfo {
+    layout: u32,
+    #[serde(default)]
+    shared: bool,
+}
+
+/// Findings of [`Store::verify`].
+#[derive(Debug, Default, Serialize)]
+pub struct VerifyReport {
+    pub objects_checked: usize,
+    pub manifests_checked: usize,
+    pub corrupt_objects: Vec<String>,
+    pub manifests_quarantined: Vec<String>,
+    pub stale_temp_files_removed: usize,
+}
+
+impl VerifyReport {
+    pub fn is_clean(&self) -> bool {
+        self.corrupt_objects.is_empty() && self.manifests_quarantined.is_empty()
+    }
+}
+
+/// Findings of [`Store::gc`].
+#[derive(Debug, Default, Serialize)]
+pub struct GcReport {
+    pub manifests_deleted: usize,
+    pub objects_deleted: usize,
+    pub bytes_freed: u64,
+    pub manifests_kept: usize,
+    pub objects_kept: usize,
+    pub kept_because_recent: usize,
+}
+
+/// A handle on a store directory.
+#[derive(Clone, Debug)]
+pub struct Store {
+    root: PathBuf,
+    shared: bool,
+}
+
+impl Store {
+    /// Open the store at `root`, creating it if the directory is empty or absent.
+    /// `shared` (only used on creation) makes every file group-writable for a team cache.
+    pub fn open_or_create(root: &Path, shared: bool) -> Result<Self, StoreError> {
+        let info_path = root.join("STORE.json");
+        if !info_path.exists() {
+            fs_err::create_dir_all(root).map_err(|e| StoreError::Io {
+                path: root.into(),
+                source: e,
+            })?;
+            let info = StoreInfo {
+                layout: STORE_LAYOUT_VERSION,
+                shared,
+            };
+            let bytes = serde_json::to_vec_pretty(&info).expect("store info serialises");
+            let store = Store {
+                root: root.to_path_buf(),
+                shared,
+            };
+            store.ensure_dirs()?;
+            atomic_write(&root.join("tmp"), &info_path, &bytes, store.file_mode())
+                .map_err(io_err(&info_path))?;
+            return Ok(store);
+        }
+        let store = Self::open_existing(root)?;
+        store.ensure_dirs()?;
+        Ok(store)
+    }
+
+    /// Open an existing store; an error if `root` is not one.
+    pub fn open_existing(root: &Path) -> Result<Self, StoreError> {
+        let info_path = root.join("STORE.json");
+        if !info_path.exists() {
+            return Err(StoreError::NotAStore(root.to_path_buf()));
+        }
+        let text = fs_err::read_to_string(&info_path).map_err(|e| StoreError::Io {
+            path: info_path.clone(),
+            source: e,
+        })?;
+        let info: StoreInfo =
+            serde_json::from_str(&text).map_err(|source| StoreError::BadJson {
+                path: info_path.clone(),
+                source,
+            })?;
+        if info.layout != STORE_LAYOUT_VERSION {
+            return Err(StoreError::LayoutVersion {
+                path: root.to_path_buf(),
+                found: info.layout,
+                expected: STORE_LAYOUT_VERSION,
+            });
+        }
+        Ok(Store {
+            root: root.to_path_buf(),
+            shared: info.shared,
+        })
+    }
+
+    fn ensure_dirs(&self) -> Result<(), StoreError> {
+        for sub in [
+            "objects",
+            "nodes",
+            "refs",
+            "logs",
+            "locks",
+            "tmp",
+            "quarantine",
+        ] {
+            let p = self.root.join(sub);
+            fs_err::create_dir_all(&p).map_err(|e| StoreError::Io {
+                path: p.clone(),
+                source: e,
+            })?;
+            if self.shared {
+                use std::os::unix::fs::PermissionsExt;
+                let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o2775));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn file_mode(&self) -> u32 {
+        if self.shared {
+            0o664
+        } else {
+            0o644
+        }
+    }
+
+    fn tmp_dir(&self) -> PathBuf {
+        self.root.join("tmp")
+    }
+
+    fn fanout(&self, sub: &str, hex: &str, ext: &str) -> PathBuf {
+        self.root
+            .join(sub)
+            .join(&hex[..2])
+            .join(format!("{}{ext}", &hex[2..]))
+    }
+
+    fn ensure_parent(&self, path: &Path) -> Result<(), StoreError> {
+        if let Some(parent) = path.parent() {
+            if !parent.exists() {
+                fs_err::create_dir_all(parent).map_err(|e| StoreError::Io {
+                    path: parent.into(),
+                    source: e,
+                })?;
+                if self.shared {
+                    use std::os::unix::fs::PermissionsExt;
+                    let _ =
+                        std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o2775));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn object_path(&self, digest: &Digest<Artifact>) -> PathBuf {
+        self.fanout("objects", &digest.to_hex(), "")
+    }
+
+    pub fn manifest_path(&self, key: &Digest<NodeKeyTag>) -> PathBuf {
+        self.fanout("nodes", &key.to_hex(), ".json")
+    }
+
+    pub fn log_path(&self, key: &Digest<NodeKeyTag>) -> PathBuf {
+        self.fanout("logs", &key.to_hex(), ".log")
+    }
+
+    pub fn lock_path(&self, key: &Digest<NodeKeyTag>) -> PathBuf {
+        self.fanout("locks", &key.to_hex(), ".lock")
+    }
+
+    fn ref_path(&self, spec: &str, node_id: &str) -> PathBuf {
+        let h = blake3::hash(node_id.as_bytes()).to_hex();
+        self.root
+            .join("refs")
+            .join(sanitize_component(spec))
+            .join(format!("{}.json", &h[..32]))
+    }
+
+    /// Store `bytes` as an object (atomically) and return its digest. Idempotent.
+    pub fn put_object(&self, bytes: &[u8]) -> Result<Digest<Artifact>, StoreError> {
+        let digest = Digest::of_bytes(bytes);
+        let path = self.object_path(&digest);
+        if let Ok(meta) = std::fs::metadata(&path) {
+            if meta.len() == bytes.len() as u64 && self.hash_file(&path).ok() == Some(digest) {
+                return Ok(digest);
+            }
+        }
+        self.ensure_parent(&path)?;
+        // Objects are immutable: read-only for everyone, whether or not the store is shared.
+        atomic_write(&self.tmp_dir(), &path, bytes, 0o444).map_err(io_err(&path))?;
+        Ok(digest)
+    }
+
+    fn hash_file(&self, path: &Path) -> std::io::Result<Digest<Artifact>> {
+        let mut f = std::fs::File::open(path)?;
+        let mut hasher = blake3::Hasher::new();
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = f.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+        }
+        Ok(Digest::from_bytes(*hasher.finalize().as_bytes()))
+    }
+
+    /// Whether an object is present with the expected size (cheap; no hashing).
+    pub fn has_object(&self, digest: &Digest<Artifact>, bytes: u64) -> bool {
+        std::fs::metadata(self.object_path(digest))
+            .map(|m| m.len() == bytes)
+            .unwrap_or(false)
+    }
+
+    /// Read an object and check its hash: a corrupt object is never served.
+    pub fn read_object(&self, digest: &Digest<Artifact>) -> Result<Vec<u8>, StoreError> {
+        let path = self.object_path(digest);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(StoreError::MissingObject(*digest))
+            }
+            Err(e) => return Err(StoreError::Io { path, source: e }),
+        };
+        let actual = Digest::of_bytes(&bytes);
+        if actual != *digest {
+            return Err(StoreError::Corrupt {
+                digest: *digest,
+                actual,
+            });
+        }
+        Ok(bytes)
+    }
+
+    /// The manifest of a node key, if one is stored.
+    pub fn read_manifest(&self, key: &Digest<NodeKeyTag>) -> Result<Option<Manifest>, StoreError> {
+        read_json_opt(&self.manifest_path(key))
+    }
+
+    /// A manifest whose outputs are all present (by size): the node is fresh.
+    pub fn fresh_manifest(&self, key: &Digest<NodeKeyTag>) -> Result<Option<Manifest>, StoreError> {
+        Ok(self.read_manifest(key)?.filter(|m| {
+            m.outputs
+                .values()
+                .all(|o| self.has_object(&o.digest, o.bytes))
+        }))
+    }
+
+    /// Publish a manifest atomically. Objects must already be stored.
+    pub fn write_manifest(&self, manifest: &Manifest) -> Result<(), StoreError> {
+        let path = self.manifest_path(&manifest.key);
+        self.ensure_parent(&path)?;
+        let bytes = serde_json::to_vec_pretty(manifest).expect("manifest serialises");
+        atomic_write(&self.tmp_dir(), &path, &bytes, self.file_mode()).map_err(io_err(&path))
+    }
+
+    /// Record that `node_id` (within `spec`) now has key `key`.
+    pub fn write_ref(&self, spec: &str, record: &RefRecord) -> Result<(), StoreError> {
+        let path = self.ref_path(spec, &record.node_id);
+        self.ensure_parent(&path)?;
+        let bytes = serde_json::to_vec_pretty(record).expect("ref serialises");
+        atomic_write(&self.tmp_dir(), &path, &bytes, self.file_mode()).map_err(io_err(&path))
+    }
+
+    pub fn read_ref(&self, spec: &str, node_id: &str) -> Result<Option<RefRecord>, StoreError> {
+        read_json_opt(&self.ref_path(spec, node_id))
+    }
+
+    /// Write a node's log (atomically, so a reader never sees half a log of a finished node).
+    pub fn write_log(&self, key: &Digest<NodeKeyTag>, text: &str) -> Result<(), StoreError> {
+        let path = self.log_path(key);
+        self.ensure_parent(&path)?;
+        atomic_write(&self.tmp_dir(), &path, text.as_bytes(), self.file_mode())
+            .map_err(io_err(&path))
+    }
+
+    pub fn ensure_lock_parent(&self, key: &Digest<NodeKeyTag>) -> Result<PathBuf, StoreError> {
+        let path = self.lock_path(key);
+        self.ensure_parent(&path)?;
+        Ok(path)
+    }
+
+    /// Move an object aside so it is never served again.
+    pub fn quarantine_object(&self, digest: &Digest<Artifact>) -> Result<(), StoreError> {
+        let from = self.object_path(digest);
+        let to =
+            self.root
+                .join("quarantine")
+                .join(format!("object-{}-{}", digest.to_hex(), unix_now()));
+        match std::fs::rename(&from, &to) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(StoreError::Io {
+                path: from,
+                source: e,
+            }),
+        }
+    }
+
+    /// Move a manifest aside (its node becomes missing and will be recomputed).
+    pub fn quarantine_manifest(&self, key: &Digest<NodeKeyTag>) -> Result<(), StoreError> {
+        let from = self.manifest_path(key);
+        let to = self.root.join("quarantine").join(format!(
+            "manifest-{}-{}.json",
+            key.to_hex(),
+            unix_now()
+        ));
+        match std::fs::rename(&from, &to) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(StoreError::Io {
+                path: from,
+                source: e,
+            }),
+        }
+    }
+
+    /// Every object digest in the store.
+    pub fn list_objects(&self) -> Result<Vec<Digest<Artifact>>, StoreError> {
+        let mut out = Vec::new();
+        for path in list_fanout(&self.root.join("objects"))? {
+            let name = fanout_name(&path, "");
+            if let Some(d) = name.and_then(|n| n.parse().ok()) {
+                out.push(d);
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Every manifest key in the store.
+    pub fn list_manifests(&self) -> Result<Vec<Digest<NodeKeyTag>>, StoreError> {
+        let mut out = Vec::new();
+        for path in list_fanout(&self.root.join("nodes"))? {
+            if let Some(d) = fanout_name(&path, ".json").and_then(|n| n.parse().ok()) {
+                out.push(d);
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Find manifests whose key starts with `prefix` (hex).
+    pub fn find_manifests_by_prefix(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<Digest<NodeKeyTag>>, StoreError> {
+        let prefix = prefix.to_ascii_lowercase();
+        Ok(self
+            .list_manifests()?
+            .into_iter()
+            .filter(|k| k.to_hex().starts_with(&prefix))
+            .collect())
+    }
+
+    /// Re-hash every object; quarantine corrupt ones and the manifests that point at missing
+    /// or corrupt objects; remove temp files left by dead processes on this host.
+    pub fn verify(
+        &self,
+        mut on_progress: impl FnMut(usize, usize),
+    ) -> Result<VerifyReport, StoreError> {
+        let mut report = VerifyReport::default();
+        let objects = self.list_objects()?;
+        for (i, digest) in objects.iter().enumerate() {
+            on_progress(i, objects.len());
+            let path = self.object_path(digest);
+            let actual = self.hash_file(&path).map_err(io_err(&path))?;
+            report.objects_checked += 1;
+            if actual != *digest {
+                self.quarantine_object(digest)?;
+                report.corrupt_objects.push(digest.to_hex());
+            }
+        }
+        for key in self.list_manifests()? {
+            report.manifests_checked += 1;
+            let manifest = match self.read_manifest(&key) {
+                Ok(Some(m)) => m,
+                Ok(None) => continue,
+                Err(_) => {
+                    self.quarantine_manifest(&key)?;
+                    report.manifests_quarantined.push(key.to_hex());
+                    continue;
+                }
+            };
+            let intact = manifest.key == key
+                && manifest
+                    .outputs
+                    .values()
+                    .all(|o| self.has_object(&o.digest, o.bytes));
+            if !intact {
+                self.quarantine_manifest(&key)?;
+                report.manifests_quarantined.push(key.to_hex());
+            }
+        }
+        report.stale_temp_files_removed = self.clean_dead_temps()?;
+        Ok(report)
+    }
+
+    /// Remove temp files whose writer is a dead process on this host (or older than a day).
+    pub fn clean_dead_temps(&self) -> Result<usize, StoreError> {
+        let tmp = self.tmp_dir();
+        let me = host_name()
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect::<String>();
+        let mut removed = 0;
+        let entries = match std::fs::read_dir(&tmp) {
+            Ok(e) => e,
+            Err(_) => return Ok(0),
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            let old = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .map(|t| {
+                    SystemTime::now().duration_since(t).unwrap_or_default()
+                        > Duration::from_secs(86_400)
+                })
+                .unwrap_or(false);
+            let dead =
+                matches!(temp_owner(&name), Some((host, pid)) if host == me && !pid_alive(pid));
+            if (dead || old) && std::fs::remove_file(entry.path()).is_ok() {
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Temp files present right now (for tests and `verify` reports).
+    pub fn temp_files(&self) -> Vec<PathBuf> {
+        std::fs::read_dir(self.tmp_dir())
+            .map(|it| it.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Delete manifests not in `keep` and objects no kept manifest references. Anything
+    /// modified within `grace` is kept, so a process that is writing right now (object renamed
+    /// in, manifest not yet) is never robbed.
+    pub fn gc(
+        &self,
+        keep: &BTreeSet<Digest<NodeKeyTag>>,
+        grace: Duration,
+        dry_run: bool,
+    ) -> Result<GcReport, StoreError> {
+        let mut report = GcReport::default();
+        let recent = |path: &Path| {
+            std::fs::metadata(path)
+                .and_then(|m| m.modified())
+                .map(|t| SystemTime::now().duration_since(t).unwrap_or_default() < grace)
+                .unwrap_or(true)
+        };
+        let mut live_objects: BTreeSet<Digest<Artifact>> = BTreeSet::new();
+        for key in self.list_manifests()? {
+            let path = self.manifest_path(&key);
+            let reachable = keep.contains(&key);
+            let is_recent = recent(&path);
+            if reachable || is_recent {
+                if !reachable {
+                    report.kept_because_recent += 1;
+                }
+                report.manifests_kept += 1;
+                if let Ok(Some(m)) = self.read_manifest(&key) {
+                    live_objects.extend(m.outputs.values().map(|o| o.digest));
+                }
+                continue;
+            }
+            report.manifests_deleted += 1;
+            if !dry_run {
+                let _ = std::fs::remove_file(&path);
+                let _ = std::fs::remove_file(self.log_path(&key));
+            }
+        }
+        for digest in self.list_objects()? {
+            let path = self.object_path(&digest);
+            if live_objects.contains(&digest) || recent(&path) {
+                report.objects_kept += 1;
+                continue;
+            }
+            report.objects_deleted += 1;
+            report.bytes_freed += std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            if !dry_run {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+        Ok(report)
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn sanitize_component(s: &str) -> String {
+    let cleaned: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if cleaned.is_empty() {
+        "_".into()
+    } else {
+        cleaned
+    }
+}
+
+fn read_json_opt<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>, StoreError> {
+    match std::fs::read(path) {
+        Ok(bytes) => {
+            serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|source| StoreError::BadJson {
+                    path: path.to_path_buf(),
+                    source,
+                })
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(StoreError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        }),
+    }
+}
+
+fn list_fanout(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
+    let mut out = Vec::new();
+    let top = match std::fs::read_dir(dir) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => {
+            return Err(StoreError::Io {
+                path: dir.into(),
+                source: e,
+            })
+        }
+    };
+    for sub in top.flatten() {
+        if !sub.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+            continue;
+        }
+        if let Ok(files) = std::fs::read_dir(sub.path()) {
+            out.extend(files.flatten().map(|f| f.path()));
+        }
+    }
+    Ok(out)
+}
+
+fn fanout_name(path: &Path, ext: &str) -> Option<String> {
+    let file = path.file_name()?.to_str()?;
+    let dir = path.parent()?.file_name()?.to_str()?;
+    let stem = file.strip_suffix(ext)?;
+    if dir.len() != 2 || stem.len() != 62 {
+        return None;
+    }
+    Some(format!("{dir}{stem}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open_or_create(&dir.path().join("store"), false).unwrap();
+        (dir, s)
+    }
+
+    #[test]
+    fn objects_round_trip_and_are_listed() {
+        let (_d, s) = store();
+        let d = s.put_object(b"abc").unwrap();
+        assert_eq!(s.read_object(&d).unwrap(), b"abc");
+        assert_eq!(s.list_objects().unwrap(), vec![d]);
+        assert!(s.temp_files().is_empty());
+    }
+
+    #[test]
+    fn flipped_byte_is_detected_and_never_served() {
+        use std::os::unix::fs::PermissionsExt;
+        let (_d, s) = store();
+        let d = s.put_object(b"hello world").unwrap();
+        let p = s.object_path(&d);
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let mut bytes = std::fs::read(&p).unwrap();
+        bytes[3] ^= 0x01;
+        std::fs::write(&p, &bytes).unwrap();
+        assert!(matches!(s.read_object(&d), Err(StoreError::Corrupt { .. })));
+        let report = s.verify(|_, _| {}).unwrap();
+        assert_eq!(report.corrupt_objects, vec![d.to_hex()]);
+        assert!(matches!(
+            s.read_object(&d),
+            Err(StoreError::MissingObject(_))
+        ));
+    }
+
+    #[test]
+    fn refuses_other_layout_versions() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("STORE.json"), r#"{"layout": 99}"#).unwrap();
+        assert!(matches!(
+            Store::open_existing(dir.path()),
+            Err(StoreError::LayoutVersion { found: 99, .. })
+        ));
+    }
+}

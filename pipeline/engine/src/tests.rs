@@ -1,0 +1,330 @@
+//! Engine behaviour on toy stages: caching, early cutoff, stale reasons, failures, leases.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::*;
+
+/// Emits its inputs, its node id and `salt` concatenated; counts runs.
+struct Echo {
+    runs: Arc<AtomicUsize>,
+    fail: bool,
+    sleep_ms: u64,
+    /// The params' `out` field if present (so other fields change the key but not the
+    /// output: early cutoff), else all params.
+    salt: String,
+}
+
+impl Task for Echo {
+    fn run(&self, ctx: &mut TaskContext) -> Result<(), TaskError> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(self.sleep_ms));
+        if self.fail {
+            return Err(TaskError::Input("bad value in `data.csv` line 3".into()));
+        }
+        let mut out = Vec::new();
+        for name in ["a", "b"] {
+            if ctx.has_input(name) {
+                out.extend_from_slice(ctx.input(name)?);
+            }
+        }
+        out.extend_from_slice(ctx.node_id().as_bytes());
+        out.extend_from_slice(self.salt.as_bytes());
+        ctx.put_output("out", out, "text/plain", "out.txt");
+        ctx.log("done");
+        Ok(())
+    }
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    store: Store,
+    runs: Vec<Arc<AtomicUsize>>,
+}
+
+fn node(
+    id: &str,
+    params: Value,
+    inputs: Vec<(String, InputDef)>,
+    runs: &Arc<AtomicUsize>,
+    fail: bool,
+    sleep_ms: u64,
+) -> NodeDef {
+    NodeDef {
+        id: id.into(),
+        stage: "echo".into(),
+        stage_version: 1,
+        params: params.clone(),
+        numerics: "exact".into(),
+        inputs,
+        outputs: vec!["out".into()],
+        labels: BTreeMap::new(),
+        resources: Resources::default(),
+        task: Arc::new(Echo {
+            runs: runs.clone(),
+            fail,
+            sleep_ms,
+            salt: params.get("out").unwrap_or(&params).to_string(),
+        }),
+    }
+}
+
+fn input(name: &str, i: NodeIndex) -> (String, InputDef) {
+    (
+        name.into(),
+        InputDef::Node {
+            node: i,
+            output: "out".into(),
+        },
+    )
+}
+
+/// a → b → d ; a → c ; params of each node come from `p`.
+fn diamond(f: &Fixture, p: &BTreeMap<&str, Value>, fail_c: bool) -> Dag {
+    let mut b = DagBuilder::new();
+    let a = b
+        .add(node("a", p["a"].clone(), vec![], &f.runs[0], false, 0))
+        .unwrap();
+    let bb = b
+        .add(node(
+            "b",
+            p["b"].clone(),
+            vec![input("a", a)],
+            &f.runs[1],
+            false,
+            0,
+        ))
+        .unwrap();
+    let _c = b
+        .add(node(
+            "c",
+            p["c"].clone(),
+            vec![input("a", a)],
+            &f.runs[2],
+            fail_c,
+            0,
+        ))
+        .unwrap();
+    let _d = b
+        .add(node(
+            "d",
+            p["d"].clone(),
+            vec![input("a", bb)],
+            &f.runs[3],
+            false,
+            0,
+        ))
+        .unwrap();
+    b.build()
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_or_create(&dir.path().join("store"), false).unwrap();
+    Fixture {
+        _dir: dir,
+        store,
+        runs: (0..4).map(|_| Arc::new(AtomicUsize::new(0))).collect(),
+    }
+}
+
+fn params() -> BTreeMap<&'static str, Value> {
+    BTreeMap::from([
+        ("a", json!({"out": "A", "x": 1})),
+        ("b", json!({"y": 1})),
+        ("c", json!({})),
+        ("d", json!({"z": 1})),
+    ])
+}
+
+fn cfg(keep_going: bool) -> RunConfig {
+    RunConfig {
+        spec: "test".into(),
+        threads: 2,
+        memory_mb: 4096,
+        keep_going,
+        force: BTreeSet::new(),
+        progress: ProgressMode::Quiet,
+        provenance: ProvenanceBase {
+            run_id: "r".into(),
+            ..Default::default()
+        },
+        poll_interval: Duration::from_millis(20),
+    }
+}
+
+fn runs(f: &Fixture) -> Vec<usize> {
+    f.runs.iter().map(|r| r.load(Ordering::SeqCst)).collect()
+}
+
+#[test]
+fn second_identical_run_executes_nothing() {
+    let f = fixture();
+    let dag = diamond(&f, &params(), false);
+    let r1 = run(&dag, &f.store, &cfg(false)).unwrap();
+    assert_eq!(r1.count(Outcome::Executed), 4);
+    let r2 = run(&dag, &f.store, &cfg(false)).unwrap();
+    assert_eq!(r2.count(Outcome::Executed), 0);
+    assert_eq!(r2.count(Outcome::Cached), 4);
+    assert_eq!(runs(&f), [1, 1, 1, 1]);
+}
+
+#[test]
+fn param_change_reruns_only_downstream_and_status_says_why() {
+    let f = fixture();
+    run(&diamond(&f, &params(), false), &f.store, &cfg(false)).unwrap();
+    let mut p = params();
+    p.insert("b", json!({"y": 2}));
+    let dag = diamond(&f, &p, false);
+    let planned = plan(&dag, &f.store, "test").unwrap();
+    let status: Vec<_> = planned.iter().map(|e| (e.id.as_str(), e.status)).collect();
+    assert_eq!(
+        status,
+        [
+            ("a", NodeStatus::Fresh),
+            ("b", NodeStatus::Stale),
+            ("c", NodeStatus::Fresh),
+            ("d", NodeStatus::Stale)
+        ]
+    );
+    assert_eq!(planned[1].reasons, ["param `y` changed 1 → 2"]);
+    assert_eq!(planned[3].reasons, ["upstream `b` will run first"]);
+    let r = run(&dag, &f.store, &cfg(false)).unwrap();
+    let executed: Vec<_> = r
+        .nodes
+        .iter()
+        .filter(|n| n.outcome == Outcome::Executed)
+        .map(|n| n.id.as_str())
+        .collect();
+    assert_eq!(executed, ["b", "d"]);
+}
+
+#[test]
+fn unchanged_output_bytes_cut_off_downstream() {
+    let f = fixture();
+    run(&diamond(&f, &params(), false), &f.store, &cfg(false)).unwrap();
+    // `a`'s params change its key but not its output bytes (Echo only emits `out`).
+    let mut p = params();
+    p.insert("a", json!({"out": "A", "x": 2}));
+    let r = run(&diamond(&f, &p, false), &f.store, &cfg(false)).unwrap();
+    let executed: Vec<_> = r
+        .nodes
+        .iter()
+        .filter(|n| n.outcome == Outcome::Executed)
+        .map(|n| n.id.as_str())
+        .collect();
+    assert_eq!(executed, ["a"]);
+    assert_eq!(runs(&f), [2, 1, 1, 1]);
+}
+
+#[test]
+fn failure_keeps_independent_results_and_publishes_nothing_for_the_failed_node() {
+    let f = fixture();
+    let dag = diamond(&f, &params(), true);
+    let r = run(&dag, &f.store, &cfg(true)).unwrap();
+    let outcome: BTreeMap<_, _> = r.nodes.iter().map(|n| (n.id.as_str(), n.outcome)).collect();
+    assert_eq!(outcome["c"], Outcome::Failed);
+    assert_eq!(outcome["d"], Outcome::Executed);
+    assert_eq!(r.failure_tier(), Some(Tier::User));
+    let c_key = r.nodes.iter().find(|n| n.id == "c").unwrap().key.unwrap();
+    assert!(f.store.read_manifest(&c_key).unwrap().is_none());
+    assert!(f.store.temp_files().is_empty());
+}
+
+#[test]
+fn without_keep_going_the_run_stops_starting_nodes() {
+    let f = fixture();
+    // Only one thread, so nodes run one at a time in order: c fails before d starts.
+    let mut b = DagBuilder::new();
+    let a = b
+        .add(node("a", json!(1), vec![], &f.runs[0], false, 0))
+        .unwrap();
+    b.add(node(
+        "c",
+        json!(2),
+        vec![input("a", a)],
+        &f.runs[2],
+        true,
+        0,
+    ))
+    .unwrap();
+    b.add(node(
+        "d",
+        json!(3),
+        vec![input("a", a)],
+        &f.runs[3],
+        false,
+        0,
+    ))
+    .unwrap();
+    let mut c = cfg(false);
+    c.threads = 1;
+    let r = run(&b.build(), &f.store, &c).unwrap();
+    let outcome: Vec<_> = r.nodes.iter().map(|n| n.outcome).collect();
+    assert_eq!(
+        outcome,
+        [Outcome::Executed, Outcome::Failed, Outcome::Skipped]
+    );
+}
+
+#[test]
+fn corrupt_input_is_quarantined_and_its_producer_recomputed() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = fixture();
+    let dag = diamond(&f, &params(), false);
+    let r = run(&dag, &f.store, &cfg(false)).unwrap();
+    // Corrupt b's output, then force d to rerun: it must not read the corrupt bytes.
+    let b_key = r.nodes[1].key.unwrap();
+    let b_out = f.store.read_manifest(&b_key).unwrap().unwrap().outputs["out"].digest;
+    let path = f.store.object_path(&b_out);
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[0] ^= 0xff;
+    std::fs::write(&path, bytes).unwrap();
+    let mut c = cfg(false);
+    c.force.insert(3);
+    let r2 = run(&dag, &f.store, &c).unwrap();
+    assert_eq!(r2.count(Outcome::Failed), 0, "{:?}", r2.nodes);
+    assert_eq!(runs(&f), [1, 2, 1, 2]);
+    // The recomputed producer stored the same bytes again, intact.
+    assert!(f.store.read_object(&b_out).is_ok());
+}
+
+#[test]
+fn two_runs_at_once_compute_each_node_once() {
+    let f = fixture();
+    let runs_before = runs(&f);
+    assert_eq!(runs_before, [0, 0, 0, 0]);
+    let mut b = DagBuilder::new();
+    let a = b
+        .add(node("a", json!(1), vec![], &f.runs[0], false, 150))
+        .unwrap();
+    b.add(node(
+        "b",
+        json!(2),
+        vec![input("a", a)],
+        &f.runs[1],
+        false,
+        150,
+    ))
+    .unwrap();
+    let dag = Arc::new(b.build());
+    let handles: Vec<_> = (0..2)
+        .map(|_| {
+            let dag = dag.clone();
+            let store = f.store.clone();
+            std::thread::spawn(move || run(&dag, &store, &cfg(false)).unwrap())
+        })
+        .collect();
+    let reports: Vec<RunReport> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(runs(&f)[..2], [1, 1]);
+    let executed: usize = reports.iter().map(|r| r.count(Outcome::Executed)).sum();
+    assert_eq!(executed, 2);
+    for r in &reports {
+        assert_eq!(r.count(Outcome::Failed), 0);
+    }
+}

@@ -1,0 +1,25 @@
+//! upcc-nn: a small reverse-mode autodiff layer over exactly the ops the paper needs.
+//!
+//! Matrix products run on the `gemm` crate; everything numeric goes through the [`Device`]
+//! trait so a GPU backend can be added without touching training code. Every op's backward
+//! pass is checked against central finite differences in f64 (`tests/gradcheck`).
+
+pub mod device;
+pub mod graph;
+pub mod io;
+pub mod layers;
+pub mod optim;
+pub mod params;
+pub mod rng;
+pub mod scalar;
+
+pub use device::{Act, Cpu, Device, GemmSpec};
+pub use graph::{Graph, Var};
+pub use layers::{dropout_mask, masking_noise, Linear, Mlp, WeightInit};
+pub use optim::{Adam, Sgd};
+pub use params::{Init, ParamError, ParamId, Params};
+pub use rng::Stream;
+pub use scalar::{sigmoid, softplus, Real};
+
+#[cfg(test)]
+mod gradcheck;
