@@ -191,6 +191,15 @@ impl Store {
         Ok(store)
     }
 
+    /// A read-only view of a store that may not exist yet (planning before the first run):
+    /// every lookup finds nothing, and nothing is created.
+    pub fn view_nonexistent(root: &Path) -> Self {
+        Store {
+            root: root.to_path_buf(),
+            shared: false,
+        }
+    }
+
     /// Open an existing store; an error if `root` is not one.
     pub fn open_existing(root: &Path) -> Result<Self, StoreError> {
         let info_path = root.join("STORE.json");

@@ -1,1 +1,616 @@
-//! placeholder
+//! upcc-report: a table target rendered from the metrics of its cells.
+//!
+//! The long table of per-trial scores is aggregated with polars (group by the grid axes,
+//! split and metric; mean, standard deviation and count), then laid out as the paper's
+//! tables: Markdown for the terminal, LaTeX in the paper's style (train in blue, test in
+//! black; best bold, second underlined, per row and split) and CSV. Cells without results
+//! are shown as missing, never dropped.
+
+use std::collections::BTreeMap;
+
+use polars::prelude::*;
+use serde::{Deserialize, Serialize};
+use upcc_stages::table::TableBuilder;
+
+/// Which NMI normalisation a table shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NmiVariant {
+    Arithmetic,
+    Geometric,
+}
+
+/// A metric column of the tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Metric {
+    Acc,
+    Nmi,
+    Ari,
+}
+
+impl Metric {
+    pub fn label(self) -> &'static str {
+        match self {
+            Metric::Acc => "ACC",
+            Metric::Nmi => "NMI",
+            Metric::Ari => "ARI",
+        }
+    }
+}
+
+/// Presentation settings (part of the table node's key; nothing upstream depends on them).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TableSettings {
+    pub nmi: NmiVariant,
+    pub decimals: usize,
+    /// Delta degrees of freedom of the standard deviation (0: population, as numpy).
+    pub std_ddof: u8,
+    /// Show scores in percent, as the paper.
+    pub percent: bool,
+}
+
+impl Default for TableSettings {
+    fn default() -> Self {
+        TableSettings {
+            nmi: NmiVariant::Geometric,
+            decimals: 1,
+            std_ddof: 0,
+            percent: true,
+        }
+    }
+}
+
+/// Layout of one table target.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TableLayout {
+    pub title: String,
+    /// Every axis of the grid with its values, in order.
+    pub axes: Vec<(String, Vec<String>)>,
+    /// Axes spanning the columns (the rest span rows).
+    pub columns: Vec<String>,
+    pub metrics: Vec<Metric>,
+    pub splits: Vec<String>,
+    pub settings: TableSettings,
+}
+
+/// Scores of one split of one trial of one cell.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScoreRow {
+    pub split: String,
+    pub acc: f64,
+    pub nmi_arithmetic: f64,
+    pub nmi_geometric: f64,
+    pub ari: f64,
+}
+
+/// The result of one trial of one cell.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CellResult {
+    pub coords: BTreeMap<String, String>,
+    pub trial: String,
+    pub scores: Vec<ScoreRow>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("aggregation failed: {0}")]
+    Polars(#[from] PolarsError),
+    #[error("{0}")]
+    Stage(#[from] upcc_stages::StageError),
+    #[error("table layout: {0}")]
+    Layout(String),
+}
+
+/// Aggregated value of one (cell, split, metric).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Agg {
+    pub mean: f64,
+    pub std: f64,
+    pub n: u32,
+}
+
+/// The rendered target.
+pub struct Rendered {
+    pub markdown: String,
+    pub latex: String,
+    pub csv: String,
+    /// Long table (axes…, split, metric, mean, std, n) as Parquet.
+    pub parquet: Vec<u8>,
+    pub cells_total: usize,
+    pub cells_complete: usize,
+}
+
+type Key = (Vec<String>, String, Metric);
+
+/// Aggregate per-trial results with polars: mean, std (ddof) and count per cell/split/metric.
+pub fn aggregate(
+    layout: &TableLayout,
+    results: &[CellResult],
+) -> Result<BTreeMap<Key, Agg>, ReportError> {
+    let axes: Vec<&str> = layout.axes.iter().map(|(a, _)| a.as_str()).collect();
+    let mut cols: Vec<Vec<String>> = vec![Vec::new(); axes.len()];
+    let (mut split, mut metric, mut value) = (Vec::new(), Vec::new(), Vec::new());
+    for r in results {
+        for s in &r.scores {
+            for m in &layout.metrics {
+                let v = match m {
+                    Metric::Acc => s.acc,
+                    Metric::Ari => s.ari,
+                    Metric::Nmi => match layout.settings.nmi {
+                        NmiVariant::Arithmetic => s.nmi_arithmetic,
+                        NmiVariant::Geometric => s.nmi_geometric,
+                    },
+                };
+                for (c, a) in cols.iter_mut().zip(&axes) {
+                    c.push(
+                        r.coords.get(*a).cloned().ok_or_else(|| {
+                            ReportError::Layout(format!("result lacks axis `{a}`"))
+                        })?,
+                    );
+                }
+                split.push(s.split.clone());
+                metric.push(m.label().to_string());
+                value.push(if layout.settings.percent {
+                    100.0 * v
+                } else {
+                    v
+                });
+            }
+        }
+    }
+    let mut columns: Vec<Column> = axes
+        .iter()
+        .zip(cols)
+        .map(|(a, c)| Column::new(format!("axis_{a}").into(), c))
+        .collect();
+    columns.push(Column::new("split".into(), split));
+    columns.push(Column::new("metric".into(), metric));
+    columns.push(Column::new("value".into(), value));
+    let df = DataFrame::new_infer_height(columns)?;
+    let mut keys: Vec<String> = axes.iter().map(|a| format!("axis_{a}")).collect();
+    keys.push("split".into());
+    keys.push("metric".into());
+    let mut out = BTreeMap::new();
+    if df.height() == 0 {
+        return Ok(out);
+    }
+    // The eager group-by API is deprecated upstream in favour of the lazy engine, whose
+    // feature would add polars-lazy and its planner to every build; this is the only
+    // aggregation upcc needs.
+    #[allow(deprecated)]
+    let (mean, std, count) = {
+        let gb = df.group_by_stable(keys.clone())?;
+        (
+            gb.clone().select(["value"]).mean()?,
+            gb.clone().select(["value"]).std(layout.settings.std_ddof)?,
+            gb.select(["value"]).count()?,
+        )
+    };
+    let key_cols: Vec<Vec<String>> = keys
+        .iter()
+        .map(|k| {
+            Ok(mean
+                .column(k)?
+                .str()?
+                .iter()
+                .map(|v| v.unwrap_or_default().to_string())
+                .collect())
+        })
+        .collect::<Result<_, PolarsError>>()?;
+    let means: Vec<f64> = mean
+        .column("value_mean")?
+        .f64()?
+        .iter()
+        .map(|v| v.unwrap_or(f64::NAN))
+        .collect();
+    let stds: Vec<f64> = std
+        .column(std.get_column_names()[keys.len()].as_str())?
+        .f64()?
+        .iter()
+        .map(|v| v.unwrap_or(0.0))
+        .collect();
+    let counts: Vec<u32> = count
+        .column("value_count")?
+        .cast(&DataType::UInt32)?
+        .u32()?
+        .iter()
+        .map(|v| v.unwrap_or(0))
+        .collect();
+    for g in 0..means.len() {
+        let coord: Vec<String> = (0..axes.len()).map(|a| key_cols[a][g].clone()).collect();
+        let split = key_cols[axes.len()][g].clone();
+        let metric = match key_cols[axes.len() + 1][g].as_str() {
+            "ACC" => Metric::Acc,
+            "NMI" => Metric::Nmi,
+            _ => Metric::Ari,
+        };
+        out.insert(
+            (coord, split, metric),
+            Agg {
+                mean: means[g],
+                std: if stds[g].is_finite() { stds[g] } else { 0.0 },
+                n: counts[g],
+            },
+        );
+    }
+    Ok(out)
+}
+
+fn product(axes: &[(String, Vec<String>)]) -> Vec<Vec<String>> {
+    let mut out: Vec<Vec<String>> = vec![vec![]];
+    for (_, values) in axes {
+        out = out
+            .into_iter()
+            .flat_map(|prefix| {
+                values.iter().map(move |v| {
+                    let mut p = prefix.clone();
+                    p.push(v.clone());
+                    p
+                })
+            })
+            .collect();
+    }
+    out
+}
+
+/// Render a table target from per-trial results.
+pub fn render(
+    layout: &TableLayout,
+    results: &[CellResult],
+    expected_trials: usize,
+) -> Result<Rendered, ReportError> {
+    let agg = aggregate(layout, results)?;
+    for c in &layout.columns {
+        if !layout.axes.iter().any(|(a, _)| a == c) {
+            return Err(ReportError::Layout(format!(
+                "column axis `{c}` is not an axis of the grid"
+            )));
+        }
+    }
+    let row_axes: Vec<(String, Vec<String>)> = layout
+        .axes
+        .iter()
+        .filter(|(a, _)| !layout.columns.contains(a))
+        .cloned()
+        .collect();
+    let col_axes: Vec<(String, Vec<String>)> = layout
+        .columns
+        .iter()
+        .map(|c| {
+            layout
+                .axes
+                .iter()
+                .find(|(a, _)| a == c)
+                .expect("checked")
+                .clone()
+        })
+        .collect();
+    let rows = product(&row_axes);
+    let cols = product(&col_axes);
+    let full_coord = |r: &[String], c: &[String]| -> Vec<String> {
+        layout
+            .axes
+            .iter()
+            .map(|(a, _)| {
+                if let Some(i) = row_axes.iter().position(|(x, _)| x == a) {
+                    r[i].clone()
+                } else {
+                    c[col_axes
+                        .iter()
+                        .position(|(x, _)| x == a)
+                        .expect("axis is a row or a column")]
+                    .clone()
+                }
+            })
+            .collect()
+    };
+    let d = layout.settings.decimals;
+    let fmt = |a: &Agg| format!("{:.d$}±{:.d$}", a.mean, a.std);
+    let col_name = |c: &[String]| -> String {
+        col_axes
+            .iter()
+            .zip(c)
+            .map(|((a, _), v)| {
+                if a == "method" {
+                    v.clone()
+                } else {
+                    format!("{a}={v}")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let mut cells_total = 0;
+    let mut cells_complete = 0;
+    for r in &rows {
+        for c in &cols {
+            cells_total += 1;
+            let coord = full_coord(r, c);
+            let complete = layout.splits.iter().all(|s| {
+                layout.metrics.iter().all(|m| {
+                    agg.get(&(coord.clone(), s.clone(), *m))
+                        .is_some_and(|a| a.n as usize >= expected_trials)
+                })
+            });
+            if complete {
+                cells_complete += 1;
+            }
+        }
+    }
+    // Rank columns per (row, metric, split): best and second best means.
+    let rank = |coords: &[Vec<String>], split: &str, m: Metric| -> (Option<f64>, Option<f64>) {
+        let mut v: Vec<f64> = coords
+            .iter()
+            .filter_map(|c| agg.get(&(c.clone(), split.to_string(), m)).map(|a| a.mean))
+            .collect();
+        v.sort_by(|a, b| b.partial_cmp(a).unwrap_or(std::cmp::Ordering::Equal));
+        v.dedup();
+        (v.first().copied(), v.get(1).copied())
+    };
+    let round = |x: f64| (x * 10f64.powi(d as i32)).round();
+
+    // Markdown.
+    let mut md = format!("### {}\n\n", layout.title);
+    let nmi_note = match layout.settings.nmi {
+        NmiVariant::Arithmetic => "NMI normalised by the arithmetic mean of the entropies",
+        NmiVariant::Geometric => "NMI normalised by the geometric mean of the entropies",
+    };
+    md.push_str(&format!(
+        "Mean ± std over trials ({}), cells show {}; {nmi_note}; **best** per row; — = no result yet.\n\n",
+        if layout.settings.percent { "%" } else { "fraction" },
+        layout.splits.join(" / ")
+    ));
+    let header: Vec<String> = row_axes
+        .iter()
+        .map(|(a, _)| a.clone())
+        .chain(["metric".to_string()])
+        .chain(cols.iter().map(|c| col_name(c)))
+        .collect();
+    md.push_str(&format!("| {} |\n", header.join(" | ")));
+    md.push_str(&format!(
+        "|{}|\n",
+        header.iter().map(|_| "---").collect::<Vec<_>>().join("|")
+    ));
+    let mut latex_rows = Vec::new();
+    for r in &rows {
+        for m in &layout.metrics {
+            let coords: Vec<Vec<String>> = cols.iter().map(|c| full_coord(r, c)).collect();
+            let mut cells_md = Vec::new();
+            let mut cells_tex = Vec::new();
+            for coord in &coords {
+                let mut parts_md = Vec::new();
+                let mut parts_tex = Vec::new();
+                for s in &layout.splits {
+                    let (best, second) = rank(&coords, s, *m);
+                    match agg.get(&(coord.clone(), s.clone(), *m)) {
+                        Some(a) => {
+                            let is_best = best.is_some_and(|b| round(b) == round(a.mean));
+                            let is_second =
+                                !is_best && second.is_some_and(|b| round(b) == round(a.mean));
+                            let text = fmt(a);
+                            parts_md.push(if is_best { format!("**{text}**") } else { text });
+                            let num = format!("{:.d$}", a.mean);
+                            let num = if is_best {
+                                format!("\\textbf{{{num}}}")
+                            } else if is_second {
+                                format!("\\underline{{{num}}}")
+                            } else {
+                                num
+                            };
+                            parts_tex.push(if s == "train" {
+                                format!("\\textcolor{{blue}}{{{num}}}")
+                            } else {
+                                num
+                            });
+                        }
+                        None => {
+                            parts_md.push("—".to_string());
+                            parts_tex.push("--".to_string());
+                        }
+                    }
+                }
+                cells_md.push(parts_md.join(" / "));
+                cells_tex.push(parts_tex.join(", "));
+            }
+            let lead: Vec<String> = r.iter().cloned().chain([m.label().to_string()]).collect();
+            md.push_str(&format!(
+                "| {} | {} |\n",
+                lead.join(" | "),
+                cells_md.join(" | ")
+            ));
+            latex_rows.push(format!(
+                "{} & {} \\\\",
+                lead.iter()
+                    .map(|s| latex_escape(s))
+                    .collect::<Vec<_>>()
+                    .join(" & "),
+                cells_tex.join(" & ")
+            ));
+        }
+    }
+    if cells_complete < cells_total {
+        md.push_str(&format!(
+            "\n{cells_complete} of {cells_total} cells complete ({expected_trials} trials each).\n"
+        ));
+    }
+
+    // LaTeX in the paper's style.
+    let ncols = row_axes.len() + 1 + cols.len();
+    let mut tex = String::new();
+    tex.push_str("\\begin{table}[h]\n\\centering\n");
+    tex.push_str(&format!(
+        "\\caption{{{} ({}). \\textcolor{{blue}}{{Blue}} and black represent \\textcolor{{blue}}{{training}} and test results; best in \\textbf{{bold}}, second \\underline{{underlined}}.}}\n",
+        latex_escape(&layout.title),
+        nmi_note
+    ));
+    tex.push_str(&format!(
+        "\\begin{{tabular}}{{{}}}\n\\toprule\n",
+        "l".repeat(row_axes.len() + 1) + &"c".repeat(cols.len())
+    ));
+    let head: Vec<String> = header.iter().map(|h| latex_escape(h)).collect();
+    tex.push_str(&format!("{} \\\\\n\\midrule\n", head.join(" & ")));
+    for row in latex_rows {
+        tex.push_str(&row);
+        tex.push('\n');
+    }
+    tex.push_str("\\bottomrule\n\\end{tabular}\n\\end{table}\n");
+    let _ = ncols;
+
+    // CSV and Parquet (long, every cell including missing ones).
+    let mut csv = String::new();
+    let axis_names: Vec<&str> = layout.axes.iter().map(|(a, _)| a.as_str()).collect();
+    csv.push_str(&format!(
+        "{},split,metric,mean,std,n\n",
+        axis_names.join(",")
+    ));
+    let mut pcols: Vec<Vec<String>> = vec![Vec::new(); axis_names.len()];
+    let (mut psplit, mut pmetric, mut pmean, mut pstd, mut pn) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    for coord in product(&layout.axes) {
+        for s in &layout.splits {
+            for m in &layout.metrics {
+                let a = agg.get(&(coord.clone(), s.clone(), *m));
+                csv.push_str(&format!(
+                    "{},{s},{},{},{},{}\n",
+                    coord
+                        .iter()
+                        .map(|v| csv_field(v))
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    m.label(),
+                    a.map(|a| format!("{}", a.mean)).unwrap_or_default(),
+                    a.map(|a| format!("{}", a.std)).unwrap_or_default(),
+                    a.map(|a| a.n).unwrap_or(0)
+                ));
+                for (c, v) in pcols.iter_mut().zip(&coord) {
+                    c.push(v.clone());
+                }
+                psplit.push(s.clone());
+                pmetric.push(m.label().to_string());
+                pmean.push(a.map(|a| Some(a.mean as f32)).unwrap_or(None));
+                pstd.push(a.map(|a| Some(a.std as f32)).unwrap_or(None));
+                pn.push(a.map(|a| a.n).unwrap_or(0));
+            }
+        }
+    }
+    let mut tb = TableBuilder::new();
+    for (name, c) in axis_names.iter().zip(pcols) {
+        tb = tb.str(name, c);
+    }
+    let parquet = tb
+        .str("split", psplit)
+        .str("metric", pmetric)
+        .f32_opt("mean", pmean)
+        .f32_opt("std", pstd)
+        .u32("n", pn)
+        .meta("nmi", format!("{:?}", layout.settings.nmi).to_lowercase())
+        .to_parquet()?;
+    Ok(Rendered {
+        markdown: md,
+        latex: tex,
+        csv,
+        parquet,
+        cells_total,
+        cells_complete,
+    })
+}
+
+fn latex_escape(s: &str) -> String {
+    s.replace('\\', "\\textbackslash{}")
+        .replace('_', "\\_")
+        .replace('%', "\\%")
+        .replace('&', "\\&")
+        .replace('#', "\\#")
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains(',') || s.contains('"') {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout() -> TableLayout {
+        TableLayout {
+            title: "t".into(),
+            axes: vec![
+                ("dataset".into(), vec!["d1".into()]),
+                ("method".into(), vec!["a".into(), "b".into(), "c".into()]),
+            ],
+            columns: vec!["method".into()],
+            metrics: vec![Metric::Acc, Metric::Nmi],
+            splits: vec!["train".into(), "test".into()],
+            settings: TableSettings::default(),
+        }
+    }
+
+    fn result(method: &str, trial: &str, acc: f64) -> CellResult {
+        CellResult {
+            coords: BTreeMap::from([
+                ("dataset".into(), "d1".into()),
+                ("method".into(), method.into()),
+            ]),
+            trial: trial.into(),
+            scores: ["train", "test"]
+                .iter()
+                .map(|s| ScoreRow {
+                    split: s.to_string(),
+                    acc,
+                    nmi_arithmetic: 0.1,
+                    nmi_geometric: 0.2,
+                    ari: 0.3,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn mean_std_and_missing_cells() {
+        let results = vec![
+            result("a", "1", 0.5),
+            result("a", "2", 0.7),
+            result("b", "1", 0.4),
+        ];
+        let r = render(&layout(), &results, 2).unwrap();
+        // a: mean 60.0, population std 10.0; b: one trial; c: missing.
+        assert!(r.markdown.contains("**60.0±10.0**"), "{}", r.markdown);
+        assert!(r.markdown.contains("40.0±0.0"), "{}", r.markdown);
+        assert!(r.markdown.contains("— / —"), "{}", r.markdown);
+        assert_eq!((r.cells_total, r.cells_complete), (3, 1));
+        // Geometric NMI is shown by default.
+        assert!(r.markdown.contains("20.0±0.0"));
+        assert!(
+            r.latex.contains("\\textbf{60.0}") && r.latex.contains("\\underline{40.0}"),
+            "{}",
+            r.latex
+        );
+        assert!(r.latex.contains("\\textcolor{blue}{\\textbf{60.0}}"));
+        assert!(
+            r.csv.lines().any(|l| l.starts_with("d1,c,test,ACC,,,0")),
+            "{}",
+            r.csv
+        );
+    }
+
+    #[test]
+    fn sample_std_when_asked() {
+        let mut l = layout();
+        l.settings.std_ddof = 1;
+        let results = vec![result("a", "1", 0.5), result("a", "2", 0.7)];
+        let agg = aggregate(&l, &results).unwrap();
+        let a = agg[&(
+            vec!["d1".to_string(), "a".to_string()],
+            "test".to_string(),
+            Metric::Acc,
+        )];
+        assert!((a.std - (200.0f64).sqrt()).abs() < 1e-9, "{}", a.std);
+        assert_eq!(a.n, 2);
+    }
+}

@@ -1,0 +1,103 @@
+//! Command-line arguments (raw), parsed by clap and then validated into settings.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "upcc",
+    version,
+    about = "Reproducible, content-addressed pipeline for the ECI-PP paper's experiments"
+)]
+pub struct Cli {
+    /// Artifact store (default: $UPCC_STORE, else `artifacts/`).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub store: Option<PathBuf>,
+    /// More logging (-v: node logs, -vv: debug, including key material).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the stale nodes of a spec's targets (or of a selected cell or slice).
+    Run(RunArgs),
+    /// Show, without running anything, which nodes are fresh, stale (and why) or missing.
+    Status(SpecArgs),
+    /// Explain one node: its key material, inputs, manifest, provenance and why it is stale.
+    Explain(ExplainArgs),
+    /// Re-hash every stored object; quarantine corrupt ones and the results that used them.
+    Verify,
+    /// Delete what the targets of the named specs do not reach.
+    Gc(GcArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct SpecArgs {
+    /// Spec file (`smoke` for the embedded default), then selectors `key=value` (dataset,
+    /// supervision, method, pretrain, corruption, budget, trial, target, stage).
+    #[arg(value_name = "SPEC [SELECTOR]...", required = true, num_args = 1..)]
+    pub spec_and_selectors: Vec<String>,
+    /// Override a parameter: `--set constraints.corruption=0.5`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Print one JSON object on stdout instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub spec: SpecArgs,
+    /// Keep running independent nodes after a failure.
+    #[arg(long)]
+    pub keep_going: bool,
+    /// Recompute the selected nodes even when fresh (a determinism check).
+    #[arg(long)]
+    pub force: bool,
+    /// CPU threads to use (default: all; $UPCC_THREADS).
+    #[arg(long, env = "UPCC_THREADS")]
+    pub threads: Option<usize>,
+    /// Memory budget in MiB for the memory slots (default: 80% of available memory).
+    #[arg(long)]
+    pub memory_mb: Option<u64>,
+    /// Progress display on stderr.
+    #[arg(long, value_enum, default_value_t = ProgressArg::Auto)]
+    pub progress: ProgressArg,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum ProgressArg {
+    Auto,
+    Bars,
+    Plain,
+    None,
+}
+
+#[derive(Args, Debug)]
+pub struct ExplainArgs {
+    /// Spec file, then the node id (`upcc status` lists them) or a key prefix.
+    #[arg(value_name = "SPEC NODE", required = true, num_args = 2)]
+    pub spec_and_node: Vec<String>,
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct GcArgs {
+    /// Specs whose targets (with their default parameters) are kept.
+    #[arg(value_name = "SPEC", required = true, num_args = 1..)]
+    pub specs: Vec<String>,
+    /// Keep anything written within this many minutes (writers in flight are never robbed).
+    #[arg(long, default_value_t = 60)]
+    pub grace_minutes: u64,
+    /// Only report what would be deleted.
+    #[arg(long)]
+    pub dry_run: bool,
+}

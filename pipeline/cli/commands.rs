@@ -1,0 +1,614 @@
+//! The subcommands.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::json;
+use upcc_engine::{
+    plan, run as engine_run, Digest, NodeKeyTag, NodeStatus, Outcome, PlanEntry, ProgressMode,
+    ProvenanceBase, RunConfig, Store,
+};
+
+use crate::cli::{ExplainArgs, GcArgs, ProgressArg, RunArgs, SpecArgs};
+use crate::error::{CliError, Result};
+use crate::graph::{build, Built};
+use crate::select::{self, Selection};
+use crate::spec::{self, Spec};
+use crate::tasks::cell_result;
+
+/// The store named by `--store`, else `$UPCC_STORE`, else `artifacts/`.
+pub fn store_path(flag: &Option<PathBuf>) -> PathBuf {
+    flag.clone()
+        .or_else(|| std::env::var_os("UPCC_STORE").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("artifacts"))
+}
+
+fn open_store(flag: &Option<PathBuf>, create: bool) -> Result<Store> {
+    let path = store_path(flag);
+    let shared = std::env::var("UPCC_STORE_SHARED").is_ok_and(|v| v == "1");
+    let r = if create {
+        Store::open_or_create(&path, shared)
+    } else {
+        Store::open_existing(&path)
+    };
+    r.map_err(|e| {
+        let err: CliError = e.into();
+        err.hint("the store is chosen by --store DIR, else $UPCC_STORE, else `artifacts/`")
+    })
+}
+
+fn default_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+struct Loaded {
+    spec: Spec,
+    built: Built,
+    selection: Selection,
+}
+
+fn load(args: &SpecArgs, threads: usize) -> Result<Loaded> {
+    let (spec_arg, selectors) = args
+        .spec_and_selectors
+        .split_first()
+        .expect("clap requires a spec");
+    let spec = spec::load(spec_arg, &args.set)?;
+    let built = build(&spec, threads)?;
+    let selection = select::parse(selectors, &built)?;
+    Ok(Loaded {
+        spec,
+        built,
+        selection,
+    })
+}
+
+fn memory_default_mb() -> u64 {
+    let avail = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        m.lines()
+            .find(|l| l.starts_with("MemAvailable:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+    });
+    avail.map(|kb| kb / 1024 * 8 / 10).unwrap_or(8192)
+}
+
+fn cpu_description() -> String {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = info
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split(':').nth(1))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+    let avx512 = info
+        .lines()
+        .find(|l| l.starts_with("flags"))
+        .is_some_and(|l| l.contains(" avx512f"));
+    format!("{model}{}", if avx512 { " (avx512f)" } else { "" })
+}
+
+fn provenance(run_id: String) -> ProvenanceBase {
+    let libraries = option_env!("UPCC_LIBRARIES")
+        .unwrap_or("")
+        .split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    ProvenanceBase {
+        tool: "upcc".into(),
+        tool_version: env!("CARGO_PKG_VERSION").into(),
+        git_revision: option_env!("UPCC_GIT_REVISION")
+            .filter(|s| !s.is_empty())
+            .map(|s| s.to_string()),
+        run_id,
+        user: std::env::var("USER").ok(),
+        cpu: cpu_description(),
+        os: format!("{}-{}", std::env::consts::OS, std::env::consts::ARCH),
+        libraries,
+    }
+}
+
+fn run_id() -> String {
+    let t = upcc_engine::fsutil::rfc3339(SystemTime::now()).replace([':', '-'], "");
+    format!("{t}-{}", std::process::id())
+}
+
+/// Render the tables of the targets touched by `restricted`, from whatever is fresh.
+fn render_views(
+    loaded: &Loaded,
+    store: &Store,
+    touched: &BTreeSet<usize>,
+) -> Result<Vec<(String, String)>> {
+    let dag = &loaded.built.dag;
+    let entries = plan(dag, store, &loaded.spec.file.name)?;
+    let mut out = Vec::new();
+    for t in &loaded.built.targets {
+        let involved =
+            touched.contains(&t.table) || t.cells.iter().any(|c| touched.contains(&c.metrics));
+        if !involved {
+            continue;
+        }
+        let mut results = Vec::new();
+        for (cell, input) in t.cells.iter().zip(&t.inputs) {
+            let e = &entries[cell.metrics];
+            if e.status != NodeStatus::Fresh {
+                continue;
+            }
+            let key = e.key.expect("fresh nodes have keys");
+            if let Some(m) = store.fresh_manifest(&key)? {
+                let bytes = store.read_object(&m.outputs["metrics"].digest)?;
+                results.push(cell_result(input, &bytes).map_err(|e| CliError::env(e.to_string()))?);
+            }
+        }
+        let r = upcc_report::render(&t.layout, &results, loaded.spec.trials.len())
+            .map_err(|e| CliError::internal(e.to_string()))?;
+        out.push((t.name.clone(), r.markdown));
+    }
+    Ok(out)
+}
+
+pub fn run(args: &RunArgs, store_flag: &Option<PathBuf>) -> Result<i32> {
+    let t0 = Instant::now();
+    let threads = args.threads.unwrap_or_else(default_threads).max(1);
+    let loaded = load(&args.spec, threads)?;
+    let roots = select::roots(&loaded.selection, &loaded.built)?;
+    let dag = loaded.built.dag.restrict(&roots);
+    let store = open_store(store_flag, true)?;
+    let progress = match args.progress {
+        ProgressArg::Bars => ProgressMode::Bars,
+        ProgressArg::Plain => ProgressMode::Plain,
+        ProgressArg::None => ProgressMode::Quiet,
+        ProgressArg::Auto => {
+            if std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none() {
+                ProgressMode::Bars
+            } else {
+                ProgressMode::Plain
+            }
+        }
+    };
+    let force: BTreeSet<usize> = if args.force {
+        (0..dag.len()).collect()
+    } else {
+        BTreeSet::new()
+    };
+    let cfg = RunConfig {
+        spec: loaded.spec.file.name.clone(),
+        threads,
+        memory_mb: args.memory_mb.unwrap_or_else(memory_default_mb),
+        keep_going: args.keep_going,
+        force,
+        progress,
+        provenance: provenance(run_id()),
+        poll_interval: Duration::from_millis(250),
+    };
+    if progress != ProgressMode::Quiet {
+        eprintln!(
+            "upcc: {} nodes in `{}`, store `{}`, {threads} threads",
+            dag.len(),
+            loaded.spec.display,
+            store.root().display()
+        );
+    }
+    let report = engine_run(&dag, &store, &cfg)?;
+    let (executed, cached, elsewhere, failed, skipped) = (
+        report.count(Outcome::Executed),
+        report.count(Outcome::Cached),
+        report.count(Outcome::ComputedElsewhere),
+        report.count(Outcome::Failed),
+        report.count(Outcome::Skipped),
+    );
+    // Map back to indices of the full DAG to find the targets touched.
+    let touched: BTreeSet<usize> = dag
+        .nodes()
+        .iter()
+        .filter_map(|n| loaded.built.dag.index_of(&n.id))
+        .collect();
+    let tables = render_views(&loaded, &store, &touched)?;
+    let seconds = t0.elapsed().as_secs_f64();
+    if args.spec.json {
+        let nodes: Vec<_> = report
+            .nodes
+            .iter()
+            .map(|n| json!({"id": n.id, "stage": n.stage, "outcome": n.outcome, "key": n.key.map(|k| k.to_hex()), "duration_s": n.duration_s, "error": n.error}))
+            .collect();
+        let obj = json!({
+            "executed": executed, "cached": cached + elsewhere, "computed_elsewhere": elsewhere, "failed": failed, "skipped": skipped,
+            "total": report.nodes.len(), "seconds": seconds, "store": store.root().display().to_string(),
+            "nodes": nodes, "tables": tables.iter().cloned().collect::<BTreeMap<_, _>>(),
+        });
+        println!("{obj}");
+    } else {
+        let mut out = std::io::stdout().lock();
+        for (_, md) in &tables {
+            let _ = writeln!(out, "{md}");
+        }
+    }
+    for n in report.nodes.iter().filter(|n| n.outcome == Outcome::Failed) {
+        eprintln!(
+            "error: node `{}` failed: {}",
+            n.id,
+            n.error.as_deref().unwrap_or("unknown error")
+        );
+        if let Some(k) = n.key {
+            eprintln!("  log: {}", store.log_path(&k).display());
+        }
+    }
+    if executed == 0 && failed == 0 && skipped == 0 {
+        eprintln!(
+            "upcc: all {} nodes cached; nothing to do ({seconds:.1} s)",
+            report.nodes.len()
+        );
+    } else {
+        eprintln!(
+            "upcc: {} nodes: {executed} executed, {} cached{}, {failed} failed, {skipped} skipped ({seconds:.1} s)",
+            report.nodes.len(),
+            cached + elsewhere,
+            if elsewhere > 0 { format!(" ({elsewhere} by another process)") } else { String::new() }
+        );
+    }
+    Ok(match report.failure_tier() {
+        None => 0,
+        Some(upcc_engine::Tier::User) => 2,
+        Some(upcc_engine::Tier::Environment) => 1,
+        Some(upcc_engine::Tier::Internal) => 3,
+    })
+}
+
+fn status_word(s: NodeStatus) -> &'static str {
+    match s {
+        NodeStatus::Fresh => "fresh",
+        NodeStatus::Stale => "stale",
+        NodeStatus::Missing => "missing",
+    }
+}
+
+pub fn status(args: &SpecArgs, store_flag: &Option<PathBuf>) -> Result<i32> {
+    let loaded = load(args, default_threads())?;
+    let roots = select::roots(&loaded.selection, &loaded.built)?;
+    let dag = loaded.built.dag.restrict(&roots);
+    // A store that does not exist yet is empty: report everything as missing, create nothing.
+    let path = store_path(store_flag);
+    let store = if path.join("STORE.json").exists() {
+        open_store(store_flag, false)?
+    } else {
+        Store::view_nonexistent(&path)
+    };
+    let entries = plan(&dag, &store, &loaded.spec.file.name)?;
+    let count = |s: NodeStatus| entries.iter().filter(|e| e.status == s).count();
+    let (fresh, stale, missing) = (
+        count(NodeStatus::Fresh),
+        count(NodeStatus::Stale),
+        count(NodeStatus::Missing),
+    );
+    if args.json {
+        let nodes: Vec<_> = entries
+            .iter()
+            .map(|e| json!({"id": e.id, "stage": e.stage, "status": e.status, "key": e.key.map(|k| k.to_hex()), "reasons": e.reasons}))
+            .collect();
+        println!(
+            "{}",
+            json!({"fresh": fresh, "stale": stale, "missing": missing, "total": entries.len(), "nodes": nodes})
+        );
+    } else {
+        let width = entries.iter().map(|e| e.id.len()).max().unwrap_or(4).max(4);
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(
+            out,
+            "{:<8} {:<12} {:<width$}  WHY",
+            "STATUS", "STAGE", "NODE"
+        );
+        for e in &entries {
+            let why = if e.reasons.len() > 2 {
+                format!(
+                    "{}; … (+{} more)",
+                    e.reasons[..2].join("; "),
+                    e.reasons.len() - 2
+                )
+            } else {
+                e.reasons.join("; ")
+            };
+            let _ = writeln!(
+                out,
+                "{:<8} {:<12} {:<width$}  {why}",
+                status_word(e.status),
+                e.stage,
+                e.id
+            );
+        }
+        let _ = writeln!(
+            out,
+            "\n{} nodes: {fresh} fresh, {stale} stale, {missing} missing",
+            entries.len()
+        );
+    }
+    Ok(0)
+}
+
+pub fn explain(args: &ExplainArgs, store_flag: &Option<PathBuf>, verbose: u8) -> Result<i32> {
+    let spec_arg = &args.spec_and_node[0];
+    let node_arg = &args.spec_and_node[1];
+    let spec = spec::load(spec_arg, &args.set)?;
+    let built = build(&spec, default_threads())?;
+    let dag = &built.dag;
+    let path = store_path(store_flag);
+    let store = if path.join("STORE.json").exists() {
+        open_store(store_flag, false)?
+    } else {
+        Store::view_nonexistent(&path)
+    };
+    let index = match dag.index_of(node_arg) {
+        Some(i) => i,
+        None => {
+            let matches: Vec<usize> = (0..dag.len())
+                .filter(|&i| dag.node(i).id.contains(node_arg.as_str()))
+                .collect();
+            match matches.len() {
+                1 => matches[0],
+                0 => {
+                    // A key prefix?
+                    let entries = plan(dag, &store, &spec.file.name)?;
+                    let by_key: Vec<usize> = entries
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, e)| {
+                            e.key.is_some_and(|k| {
+                                node_arg.len() >= 6 && k.to_hex().starts_with(node_arg.as_str())
+                            })
+                        })
+                        .map(|(i, _)| i)
+                        .collect();
+                    if by_key.len() == 1 {
+                        by_key[0]
+                    } else {
+                        let mut e =
+                            CliError::user(format!("no node `{node_arg}` in `{}`", spec.display));
+                        if let Some(n) = crate::error::nearest(
+                            node_arg,
+                            dag.nodes().iter().map(|n| n.id.as_str()),
+                        ) {
+                            e = e.hint(format!("did you mean `{n}`?"));
+                        }
+                        return Err(e.hint("`upcc status SPEC` lists the node ids"));
+                    }
+                }
+                _ => {
+                    let list: Vec<&str> = matches
+                        .iter()
+                        .take(8)
+                        .map(|&i| dag.node(i).id.as_str())
+                        .collect();
+                    return Err(CliError::user(format!(
+                        "`{node_arg}` matches {} nodes",
+                        matches.len()
+                    ))
+                    .hint(format!(
+                        "be more specific, e.g. one of: {}",
+                        list.join(", ")
+                    )));
+                }
+            }
+        }
+    };
+    let sub = dag.restrict(&[index]);
+    let entries = plan(&sub, &store, &spec.file.name)?;
+    let e: &PlanEntry = entries.last().expect("the node itself");
+    let node = sub.node(sub.len() - 1);
+    let manifest = match e.key {
+        Some(k) => store.read_manifest(&k)?,
+        None => None,
+    };
+    let previous = store.read_ref(&spec.file.name, &node.id)?;
+    let inputs: Vec<serde_json::Value> = node
+        .inputs
+        .iter()
+        .map(|(name, inp)| match inp {
+            upcc_engine::InputDef::Node { node: up, output } => json!({"name": name, "from": sub.node(up.0).id, "output": output, "status": status_word(entries[up.0].status)}),
+            upcc_engine::InputDef::Source(s) => json!({"name": name, "source": s.display()}),
+        })
+        .collect();
+    let material = upcc_engine::key::KeyMaterial {
+        key_schema: upcc_engine::KEY_SCHEMA_VERSION,
+        stage: node.stage.clone(),
+        stage_version: node.stage_version,
+        params: node.params.clone(),
+        inputs: manifest
+            .as_ref()
+            .map(|m| m.material.inputs.clone())
+            .unwrap_or_default(),
+        numerics: node.numerics.clone(),
+    };
+    if args.json {
+        println!(
+            "{}",
+            json!({
+                "id": node.id, "stage": node.stage, "stage_version": node.stage_version, "status": e.status,
+                "key": e.key.map(|k| k.to_hex()), "reasons": e.reasons, "inputs": inputs, "params": node.params,
+                "numerics": node.numerics, "manifest": manifest, "log": e.key.map(|k| store.log_path(&k).display().to_string()),
+            })
+        );
+        return Ok(0);
+    }
+    let mut o = std::io::stdout().lock();
+    let _ = writeln!(o, "node      {}", node.id);
+    let _ = writeln!(
+        o,
+        "stage     {} (version {}), numerics {}",
+        node.stage, node.stage_version, node.numerics
+    );
+    let _ = writeln!(o, "status    {}", status_word(e.status));
+    if let Some(k) = e.key {
+        let _ = writeln!(o, "key       {k}");
+    }
+    for r in &e.reasons {
+        let _ = writeln!(o, "why       {r}");
+    }
+    if let Some(p) = &previous {
+        if Some(p.key) != e.key {
+            let _ = writeln!(o, "previous  {} (last computed key of this node)", p.key);
+        }
+    }
+    let _ = writeln!(o, "inputs");
+    for i in &inputs {
+        match (i.get("from"), i.get("source")) {
+            (Some(from), _) => {
+                let _ = writeln!(
+                    o,
+                    "  {:<12} ← {} [{}] ({})",
+                    i["name"].as_str().unwrap_or(""),
+                    from.as_str().unwrap_or(""),
+                    i["output"].as_str().unwrap_or(""),
+                    i["status"].as_str().unwrap_or("")
+                );
+            }
+            (_, Some(src)) => {
+                let _ = writeln!(
+                    o,
+                    "  {:<12} ← file {}",
+                    i["name"].as_str().unwrap_or(""),
+                    src.as_str().unwrap_or("")
+                );
+            }
+            _ => {}
+        }
+    }
+    let _ = writeln!(
+        o,
+        "params    {}",
+        serde_json::to_string_pretty(&node.params)
+            .unwrap_or_default()
+            .replace('\n', "\n          ")
+    );
+    match &manifest {
+        Some(m) => {
+            let _ = writeln!(o, "outputs");
+            for (name, out) in &m.outputs {
+                let _ = writeln!(
+                    o,
+                    "  {:<12} {}  {:>10} bytes  {}  {}",
+                    name,
+                    out.digest.short(),
+                    out.bytes,
+                    out.media_type,
+                    store.object_path(&out.digest).display()
+                );
+            }
+            let _ = writeln!(o, "summary   {}", m.summary);
+            let p = &m.provenance;
+            let _ = writeln!(
+                o,
+                "computed  {} → {} ({:.1} s) on {} by {} (pid {}, run {})",
+                p.started_at,
+                p.finished_at,
+                p.duration_s,
+                p.host,
+                p.user.as_deref().unwrap_or("?"),
+                p.pid,
+                p.run_id
+            );
+            let _ = writeln!(
+                o,
+                "          {} {} (git {}), {} threads, {}, {}",
+                p.tool,
+                p.tool_version,
+                p.git_revision.as_deref().unwrap_or("unknown"),
+                p.threads,
+                p.cpu,
+                p.os
+            );
+            if let Some(rss) = p.process_peak_rss_bytes {
+                let _ = writeln!(
+                    o,
+                    "          process peak RSS {:.1} MiB",
+                    rss as f64 / 1048576.0
+                );
+            }
+            let _ = writeln!(o, "log       {}", store.log_path(&m.key).display());
+        }
+        None => {
+            let _ = writeln!(o, "outputs   (not computed for this key)");
+        }
+    }
+    if verbose >= 1 {
+        let m = manifest
+            .as_ref()
+            .map(|m| m.material.clone())
+            .unwrap_or(material);
+        let _ = writeln!(
+            o,
+            "key material (canonical JSON hashed for the key):\n{}",
+            m.canonical_json().unwrap_or_default()
+        );
+    }
+    Ok(0)
+}
+
+pub fn verify(store_flag: &Option<PathBuf>) -> Result<i32> {
+    let store = open_store(store_flag, false)?;
+    let report = store.verify(|_, _| {})?;
+    let mut o = std::io::stdout().lock();
+    let _ = writeln!(
+        o,
+        "checked {} objects and {} manifests in `{}`",
+        report.objects_checked,
+        report.manifests_checked,
+        store.root().display()
+    );
+    for d in &report.corrupt_objects {
+        let _ = writeln!(o, "corrupt object {d}: quarantined");
+    }
+    for k in &report.manifests_quarantined {
+        let _ = writeln!(
+            o,
+            "result {k} lost an output: quarantined (it will be recomputed)"
+        );
+    }
+    if report.stale_temp_files_removed > 0 {
+        let _ = writeln!(
+            o,
+            "removed {} temporary files left by interrupted runs",
+            report.stale_temp_files_removed
+        );
+    }
+    if report.is_clean() {
+        let _ = writeln!(o, "store is intact");
+        Ok(0)
+    } else {
+        eprintln!("error: the store had corrupt data; it was quarantined under `{}` and will be recomputed by the next run", store.root().join("quarantine").display());
+        Ok(1)
+    }
+}
+
+pub fn gc(args: &GcArgs, store_flag: &Option<PathBuf>) -> Result<i32> {
+    let store = open_store(store_flag, false)?;
+    let mut keep: BTreeSet<Digest<NodeKeyTag>> = BTreeSet::new();
+    for s in &args.specs {
+        let spec = spec::load(s, &[])?;
+        let built = build(&spec, 1)?;
+        for e in plan(&built.dag, &store, &spec.file.name)? {
+            if e.status == NodeStatus::Fresh {
+                keep.insert(e.key.expect("fresh nodes have keys"));
+            }
+        }
+    }
+    let r = store.gc(
+        &keep,
+        Duration::from_secs(args.grace_minutes * 60),
+        args.dry_run,
+    )?;
+    println!(
+        "{}{} results and {} objects ({:.1} MiB) {}; kept {} results ({} only because they are recent) and {} objects",
+        if args.dry_run { "dry run: " } else { "" },
+        r.manifests_deleted,
+        r.objects_deleted,
+        r.bytes_freed as f64 / 1048576.0,
+        if args.dry_run { "would be deleted" } else { "deleted" },
+        r.manifests_kept,
+        r.kept_because_recent,
+        r.objects_kept
+    );
+    Ok(0)
+}

@@ -1,0 +1,576 @@
+//! From a spec to the DAG: every target cell × trial becomes the chain
+//! features → expert → constraints → (pretrain) → train → cluster → metrics, and every target
+//! a table node over its cells' metrics. Nodes shared between cells (features, experts,
+//! pretraining) are added once.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use upcc_engine::{
+    Dag, DagBuilder, InputDef, NodeDef, NodeIndex, Resources, Source, SourceLocation, Task,
+};
+use upcc_report::TableLayout;
+use upcc_stages::features::{DataFormat, FeatureParams, Split, SplitKind};
+use upcc_stages::{cluster, constraints, expert, features, metrics, nets, pretrain, train};
+
+use crate::error::{CliError, Result};
+use crate::spec::{axes_of, embedded, Spec, SupervisionSpec};
+use crate::tasks::*;
+
+/// A cell × trial of a target and its metrics node.
+#[derive(Clone, Debug)]
+pub struct CellTrial {
+    pub coords: BTreeMap<String, String>,
+    pub trial: u64,
+    pub metrics: usize,
+}
+
+/// A target as built: its table node and cells.
+#[derive(Clone, Debug)]
+pub struct TargetNodes {
+    pub name: String,
+    pub table: usize,
+    pub layout: TableLayout,
+    pub cells: Vec<CellTrial>,
+    pub inputs: Vec<TableInput>,
+}
+
+pub struct Built {
+    pub dag: Dag,
+    pub targets: Vec<TargetNodes>,
+}
+
+fn fmt_f(x: f64) -> String {
+    let s = format!("{x}");
+    if s.contains('.') || s.contains('e') {
+        s
+    } else {
+        format!("{s}.0")
+    }
+}
+
+fn params_json<T: serde::Serialize>(v: &T) -> Result<Value> {
+    serde_json::to_value(v)
+        .map_err(|e| CliError::internal(format!("cannot serialise parameters: {e}")))
+}
+
+struct Builder<'a> {
+    spec: &'a Spec,
+    b: DagBuilder,
+    threads: usize,
+    /// Optional axes that appear in node ids (those some target of the spec varies).
+    id_axes: BTreeSet<&'static str>,
+}
+
+impl Builder<'_> {
+    fn add(
+        &mut self,
+        id: String,
+        stage: &str,
+        version: u32,
+        params: Value,
+        numerics: &str,
+        inputs: Vec<(String, InputDef)>,
+        outputs: &[&str],
+        labels: BTreeMap<String, String>,
+        resources: Resources,
+        task: Arc<dyn Task>,
+    ) -> Result<usize> {
+        let def = NodeDef {
+            id,
+            stage: stage.into(),
+            stage_version: version,
+            params,
+            numerics: numerics.into(),
+            inputs,
+            outputs: outputs.iter().map(|s| s.to_string()).collect(),
+            labels,
+            resources,
+            task,
+        };
+        self.b
+            .add(def)
+            .map(|i| i.0)
+            .map_err(|e| CliError::internal(e.to_string()))
+    }
+
+    fn node_input(name: &str, node: usize, output: &str) -> (String, InputDef) {
+        (
+            name.to_string(),
+            InputDef::Node {
+                node: NodeIndex(node),
+                output: output.to_string(),
+            },
+        )
+    }
+
+    fn all(&self, memory_mb: u64) -> Resources {
+        Resources {
+            threads: self.threads,
+            memory_mb,
+        }
+    }
+
+    fn features(&mut self, name: &str) -> Result<usize> {
+        let d = &self.spec.file.datasets[name];
+        let separate = matches!(d.format, DataFormat::Idx | DataFormat::Npy);
+        let split = d.split.unwrap_or(Split {
+            kind: if d.files.contains_key(if separate { "x" } else { "data" }) {
+                SplitKind::Stratified
+            } else {
+                SplitKind::Official
+            },
+            test_fraction: 0.2,
+            seed: 0,
+        });
+        let params = FeatureParams {
+            format: d.format,
+            label_column: d.label_column.clone(),
+            header: d.header,
+            scaling: d.scaling,
+            split,
+            n_classes: d.n_classes,
+        };
+        let mut inputs = Vec::new();
+        let mut displays = BTreeMap::new();
+        for (role, path) in &d.files {
+            let location = match path.strip_prefix("embedded:") {
+                Some(e) => SourceLocation::Embedded {
+                    name: e.to_string(),
+                    bytes: embedded(e).expect("validated"),
+                },
+                None => SourceLocation::File(self.spec.resolve_path(path)),
+            };
+            let source = Source {
+                context: format!("dataset `{name}`, file `{role}`"),
+                location,
+            };
+            displays.insert(role.clone(), source.display());
+            inputs.push((role.clone(), InputDef::Source(source)));
+        }
+        let labels = BTreeMap::from([
+            ("stage".into(), "features".into()),
+            ("dataset".into(), name.to_string()),
+        ]);
+        let pj = params_json(&params)?;
+        self.add(
+            format!("features/{name}"),
+            "features",
+            features::VERSION,
+            pj,
+            "exact",
+            inputs,
+            &["features"],
+            labels,
+            Resources {
+                threads: 1,
+                memory_mb: 1024,
+            },
+            Arc::new(FeaturesTask { params, displays }),
+        )
+    }
+}
+
+/// Parse the ids of optional axes.
+fn cell_suffix(id_axes: &BTreeSet<&str>, corruption: f64, budget: usize) -> String {
+    let mut s = String::new();
+    if id_axes.contains("corruption") {
+        s.push_str(&format!("/pi{}", fmt_f(corruption)));
+    }
+    if id_axes.contains("budget") {
+        s.push_str(&format!("/n{budget}"));
+    }
+    s
+}
+
+/// Build the full DAG of a spec.
+pub fn build(spec: &Spec, threads: usize) -> Result<Built> {
+    let mut id_axes = BTreeSet::new();
+    for t in spec.file.targets.values() {
+        if t.grid.corruption.is_some() {
+            id_axes.insert("corruption");
+        }
+        if t.grid.budget.is_some() {
+            id_axes.insert("budget");
+        }
+    }
+    let mut bd = Builder {
+        spec,
+        b: DagBuilder::new(),
+        threads: threads.max(1),
+        id_axes,
+    };
+    let params = &spec.file.params;
+    let mut targets = Vec::new();
+    for (tname, target) in &spec.file.targets {
+        let g = &target.grid;
+        let corruptions = g
+            .corruption
+            .clone()
+            .unwrap_or_else(|| vec![params.constraints.corruption]);
+        let budgets = g
+            .budget
+            .clone()
+            .unwrap_or_else(|| vec![params.constraints.budget]);
+        let mut cells = Vec::new();
+        let mut table_inputs = Vec::new();
+        for ds in &g.dataset {
+            let dspec = &spec.file.datasets[ds];
+            let feat = bd.features(ds)?;
+            for sup in &g.supervision {
+                let sspec = &spec.file.supervision[sup];
+                for &pi in &corruptions {
+                    for &budget in &budgets {
+                        for method in &g.method {
+                            for &pre in &g.pretrain {
+                                for &seed in &spec.trials {
+                                    let mut coords = BTreeMap::from([
+                                        ("dataset".to_string(), ds.clone()),
+                                        ("supervision".to_string(), sup.clone()),
+                                        ("method".to_string(), method.clone()),
+                                        ("pretrain".to_string(), pre.to_string()),
+                                    ]);
+                                    if g.corruption.is_some() {
+                                        coords.insert("corruption".into(), fmt_f(pi));
+                                    }
+                                    if g.budget.is_some() {
+                                        coords.insert("budget".into(), budget.to_string());
+                                    }
+                                    let metrics = chain(
+                                        &mut bd,
+                                        feat,
+                                        ds,
+                                        dspec.embedding_dim,
+                                        sup,
+                                        sspec,
+                                        pi,
+                                        budget,
+                                        method,
+                                        pre,
+                                        seed,
+                                    )?;
+                                    let input = format!("m{}", table_inputs.len());
+                                    table_inputs.push(TableInput {
+                                        input,
+                                        coords: coords.clone(),
+                                        trial: seed.to_string(),
+                                    });
+                                    cells.push(CellTrial {
+                                        coords,
+                                        trial: seed,
+                                        metrics,
+                                    });
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let axes: Vec<(String, Vec<String>)> = axes_of(g)
+            .into_iter()
+            .map(|a| {
+                let vals: Vec<String> = match a {
+                    "dataset" => g.dataset.clone(),
+                    "supervision" => g.supervision.clone(),
+                    "method" => g.method.clone(),
+                    "pretrain" => g.pretrain.iter().map(|b| b.to_string()).collect(),
+                    "corruption" => corruptions.iter().map(|c| fmt_f(*c)).collect(),
+                    _ => budgets.iter().map(|b| b.to_string()).collect(),
+                };
+                (a.to_string(), vals)
+            })
+            .collect();
+        let layout = TableLayout {
+            title: target.title.clone().unwrap_or_else(|| tname.clone()),
+            axes,
+            columns: target.columns.clone(),
+            metrics: target.metrics.clone(),
+            splits: target.splits.clone(),
+            settings: params.table.clone(),
+        };
+        let inputs: Vec<(String, InputDef)> = table_inputs
+            .iter()
+            .zip(&cells)
+            .map(|(ti, c)| Builder::node_input(&ti.input, c.metrics, "metrics"))
+            .collect();
+        let pj = json!({
+            "layout": params_json(&layout)?,
+            "trials": spec.trials.len(),
+            "inputs": table_inputs.iter().map(|t| json!({"input": t.input, "coords": t.coords, "trial": t.trial})).collect::<Vec<_>>(),
+        });
+        let labels = BTreeMap::from([
+            ("stage".into(), "table".into()),
+            ("target".into(), tname.clone()),
+        ]);
+        let task = TableTask {
+            layout: layout.clone(),
+            inputs: table_inputs.clone(),
+            trials: spec.trials.len(),
+        };
+        let table = bd.add(
+            format!("table/{tname}"),
+            "table",
+            TABLE_VERSION,
+            pj,
+            "exact",
+            inputs,
+            &["table", "markdown", "latex", "csv"],
+            labels,
+            Resources {
+                threads: 1,
+                memory_mb: 256,
+            },
+            Arc::new(task),
+        )?;
+        targets.push(TargetNodes {
+            name: tname.clone(),
+            table,
+            layout,
+            cells,
+            inputs: table_inputs,
+        });
+    }
+    Ok(Built {
+        dag: bd.b.build(),
+        targets,
+    })
+}
+
+/// Version of the table stage (rendering lives in `upcc-report`).
+pub const TABLE_VERSION: u32 = 1;
+
+#[allow(clippy::too_many_arguments)]
+fn chain(
+    bd: &mut Builder,
+    feat: usize,
+    ds: &str,
+    embedding_dim: usize,
+    sup: &str,
+    sspec: &SupervisionSpec,
+    pi: f64,
+    budget: usize,
+    method: &str,
+    pre: bool,
+    seed: u64,
+) -> Result<usize> {
+    let spec = bd.spec;
+    let params = &spec.file.params;
+    let t = seed.to_string();
+    let suffix = cell_suffix(&bd.id_axes, pi, budget);
+    let base_labels = |stage: &str| {
+        BTreeMap::from([
+            ("stage".to_string(), stage.to_string()),
+            ("dataset".to_string(), ds.to_string()),
+            ("supervision".to_string(), sup.to_string()),
+            ("trial".to_string(), t.clone()),
+            ("corruption".to_string(), fmt_f(pi)),
+            ("budget".to_string(), budget.to_string()),
+        ])
+    };
+    // Expert and constraints.
+    let cons = match sspec {
+        SupervisionSpec::File { path } => {
+            let source = Source {
+                context: format!("supervision `{sup}`, field `path`"),
+                location: SourceLocation::File(spec.resolve_path(path)),
+            };
+            let display = source.display();
+            let mut labels = base_labels("constraints");
+            labels.remove("trial");
+            bd.add(
+                format!("constraints/{ds}/{sup}"),
+                "constraints",
+                constraints::VERSION,
+                json!({"source": "file"}),
+                "exact",
+                vec![
+                    Builder::node_input("features", feat, "features"),
+                    ("file".into(), InputDef::Source(source)),
+                ],
+                &["constraints", "diagnostic"],
+                labels,
+                Resources {
+                    threads: 1,
+                    memory_mb: 256,
+                },
+                Arc::new(ConstraintsFileTask { display }),
+            )?
+        }
+        SupervisionSpec::Single { .. } | SupervisionSpec::Multi { .. } => {
+            let setting = match sspec {
+                SupervisionSpec::Single { level } => {
+                    expert::ExpertSetting::Single { level: *level }
+                }
+                SupervisionSpec::Multi {
+                    experts,
+                    familiar,
+                    unfamiliar,
+                } => expert::ExpertSetting::Multi {
+                    experts: *experts,
+                    familiar: *familiar,
+                    unfamiliar: *unfamiliar,
+                },
+                SupervisionSpec::File { .. } => unreachable!("handled above"),
+            };
+            let ep = expert::ExpertParams {
+                setting,
+                classifier: params.expert.clone(),
+                seed,
+            };
+            let mut labels = base_labels("expert");
+            labels.remove("corruption");
+            labels.remove("budget");
+            let pj = params_json(&ep)?;
+            let ex = bd.add(
+                format!("expert/{ds}/{sup}/t{t}"),
+                "expert",
+                expert::VERSION,
+                pj,
+                nets::NUMERICS,
+                vec![Builder::node_input("features", feat, "features")],
+                &["probs", "experts"],
+                labels,
+                bd.all(1024),
+                Arc::new(ExpertTask { params: ep }),
+            )?;
+            let cp = constraints::ConstraintParams {
+                settings: constraints::ConstraintSettings {
+                    budget,
+                    corruption: pi,
+                    diagnostic_pairs: params.constraints.diagnostic_pairs,
+                },
+                seed,
+            };
+            let pj = params_json(&cp)?;
+            bd.add(
+                format!("constraints/{ds}/{sup}{suffix}/t{t}"),
+                "constraints",
+                constraints::VERSION,
+                pj,
+                "exact",
+                vec![
+                    Builder::node_input("features", feat, "features"),
+                    Builder::node_input("probs", ex, "probs"),
+                ],
+                &["constraints", "diagnostic"],
+                base_labels("constraints"),
+                Resources {
+                    threads: 1,
+                    memory_mb: 256,
+                },
+                Arc::new(ConstraintsTask { params: cp }),
+            )?
+        }
+    };
+    // Pretraining (shared across trials unless per_trial).
+    let pre_node = if pre {
+        let ps = &spec.pretrain;
+        let pseed = if ps.per_trial { seed } else { ps.seed };
+        let pp = pretrain::PretrainParams {
+            settings: ps.settings.clone(),
+            embedding_dim,
+            seed: pseed,
+        };
+        let id = if ps.per_trial {
+            format!("pretrain/{ds}/t{t}")
+        } else {
+            format!("pretrain/{ds}/s{pseed}")
+        };
+        let labels = BTreeMap::from([
+            ("stage".to_string(), "pretrain".to_string()),
+            ("dataset".to_string(), ds.to_string()),
+        ]);
+        let pj = params_json(&pp)?;
+        Some(bd.add(
+            id,
+            "pretrain",
+            pretrain::VERSION,
+            pj,
+            nets::NUMERICS,
+            vec![Builder::node_input("features", feat, "features")],
+            &["weights", "curve"],
+            labels,
+            bd.all(2048),
+            Arc::new(PretrainTask { params: pp }),
+        )?)
+    } else {
+        None
+    };
+    let (kind, settings) = spec.method_train[method].clone();
+    let tp = train::TrainParams::new(settings, kind.weighting(), embedding_dim, pre, seed);
+    let cell = format!(
+        "{ds}/{sup}{suffix}/{method}/{}/t{t}",
+        if pre { "pre" } else { "nopre" }
+    );
+    let mut labels = base_labels("train");
+    labels.insert("method".into(), method.to_string());
+    labels.insert("pretrain".into(), pre.to_string());
+    let mut inputs = vec![
+        Builder::node_input("features", feat, "features"),
+        Builder::node_input("constraints", cons, "constraints"),
+    ];
+    if let Some(p) = pre_node {
+        inputs.push(Builder::node_input("weights", p, "weights"));
+    }
+    let mut pj = params_json(&tp)?;
+    pj["method"] = json!(method_kind_name(kind));
+    let tr = bd.add(
+        format!("train/{cell}"),
+        "train",
+        train::VERSION,
+        pj,
+        nets::NUMERICS,
+        inputs,
+        &["embeddings", "curve"],
+        labels.clone(),
+        bd.all(2048),
+        Arc::new(TrainTask { params: tp }),
+    )?;
+    let cp = cluster::ClusterParams {
+        settings: params.cluster.clone(),
+        k: 0,
+        seed,
+    };
+    labels.insert("stage".into(), "cluster".into());
+    let pj = params_json(&cp)?;
+    let cl = bd.add(
+        format!("cluster/{cell}"),
+        "cluster",
+        cluster::VERSION,
+        pj,
+        "exact",
+        vec![
+            Builder::node_input("features", feat, "features"),
+            Builder::node_input("embeddings", tr, "embeddings"),
+        ],
+        &["assignments"],
+        labels.clone(),
+        bd.all(512),
+        Arc::new(ClusterTask { params: cp }),
+    )?;
+    labels.insert("stage".into(), "metrics".into());
+    bd.add(
+        format!("metrics/{cell}"),
+        "metrics",
+        metrics::VERSION,
+        json!({}),
+        "exact",
+        vec![Builder::node_input("assignments", cl, "assignments")],
+        &["metrics"],
+        labels,
+        Resources {
+            threads: 1,
+            memory_mb: 128,
+        },
+        Arc::new(MetricsTask),
+    )
+}
+
+fn method_kind_name(k: crate::spec::MethodKind) -> &'static str {
+    match k {
+        crate::spec::MethodKind::ProbPair => "probpair",
+        crate::spec::MethodKind::WeightedProbPair => "weighted-probpair",
+    }
+}

@@ -1,0 +1,356 @@
+//! `constraints`: probabilistic pairwise constraints from expert judgments with corruption.
+//!
+//! Uniform pairs from the training split (distinct, unordered, a ≠ b), y_clean = ⟨p_a, p_b⟩
+//! under the pair's expert, corruption c ~ Bernoulli(π) replacing y by Uniform(0, 1). The
+//! budget is split evenly across experts. A sample-disjoint diagnostic set of pairs from the
+//! test split (never used for training) carries the hard oracle 1[t_a = t_b] as well.
+
+use std::collections::HashSet;
+
+use serde::{Deserialize, Serialize};
+use upcc_nn::Stream;
+
+use crate::error::{Result, StageError};
+use crate::expert::ExpertProbs;
+use crate::features::Features;
+use crate::table::{Table, TableBuilder};
+
+pub const VERSION: u32 = 1;
+
+/// What a spec may set for constraint generation (defaults: the paper's main setting).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConstraintSettings {
+    /// Total number of training constraints (split evenly across experts).
+    pub budget: usize,
+    /// Corruption probability π.
+    pub corruption: f64,
+    /// Size of the held-out diagnostic set drawn from the test split.
+    pub diagnostic_pairs: usize,
+}
+
+impl Default for ConstraintSettings {
+    fn default() -> Self {
+        ConstraintSettings {
+            budget: 9000,
+            corruption: 0.3,
+            diagnostic_pairs: 1000,
+        }
+    }
+}
+
+/// Parameters of one constraints node.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ConstraintParams {
+    pub settings: ConstraintSettings,
+    pub seed: u64,
+}
+
+/// A set of constraints (training or diagnostic).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Constraints {
+    pub a: Vec<u32>,
+    pub b: Vec<u32>,
+    pub expert: Vec<u16>,
+    pub y: Vec<f32>,
+    /// The expert's judgment before corruption (unknown for user-supplied constraints).
+    pub y_clean: Vec<Option<f32>>,
+    pub corrupted: Vec<Option<bool>>,
+    /// Diagnostic sets only: hard oracle 1[t_a = t_b] and its corrupted observation.
+    pub oracle: Vec<f32>,
+    pub y_oracle: Vec<f32>,
+}
+
+impl Constraints {
+    pub fn len(&self) -> usize {
+        self.y.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.y.is_empty()
+    }
+
+    pub fn n_experts(&self) -> usize {
+        self.expert
+            .iter()
+            .copied()
+            .max()
+            .map(|m| m as usize + 1)
+            .unwrap_or(0)
+    }
+
+    pub fn to_parquet(&self) -> Result<Vec<u8>> {
+        let mut t = TableBuilder::new()
+            .u32("a", self.a.clone())
+            .u32("b", self.b.clone())
+            .u16("expert", self.expert.clone())
+            .f32("y", self.y.clone())
+            .f32_opt("y_clean", self.y_clean.clone())
+            .bool_opt("corrupted", self.corrupted.clone());
+        if !self.oracle.is_empty() {
+            t = t
+                .f32("oracle", self.oracle.clone())
+                .f32("y_oracle", self.y_oracle.clone());
+        }
+        t.to_parquet()
+    }
+
+    pub fn from_parquet(bytes: &[u8], what: &str) -> Result<Constraints> {
+        let t = Table::from_parquet(bytes, what)?;
+        let has_oracle = t.has_column("oracle");
+        Ok(Constraints {
+            a: t.u32("a")?,
+            b: t.u32("b")?,
+            expert: t.u16("expert")?,
+            y: t.f32("y")?,
+            y_clean: t.f32_opt("y_clean")?,
+            corrupted: t.bool_opt("corrupted")?,
+            oracle: if has_oracle { t.f32("oracle")? } else { vec![] },
+            y_oracle: if has_oracle {
+                t.f32("y_oracle")?
+            } else {
+                vec![]
+            },
+        })
+    }
+
+    /// Check indices and values against the dataset: pairs within `rows`, on the training
+    /// split (unless `test_split`), y finite in [0, 1]. `what` names the source.
+    pub fn validate(&self, features: &Features, test_split: bool, what: &str) -> Result<()> {
+        for i in 0..self.len() {
+            let y = self.y[i];
+            if !y.is_finite() || !(0.0..=1.0).contains(&y) {
+                return Err(StageError::input(format!(
+                    "{what}: constraint {} has value y = {y}, outside [0, 1]; constraint values are probabilities",
+                    i + 1
+                )));
+            }
+            for (name, idx) in [("a", self.a[i]), ("b", self.b[i])] {
+                let idx = idx as usize;
+                if idx >= features.rows() {
+                    return Err(StageError::input(format!(
+                        "{what}: constraint {} has {name} = {idx}, but the dataset has {} rows (0-based ids)",
+                        i + 1,
+                        features.rows()
+                    )));
+                }
+                if features.is_test[idx] != test_split {
+                    return Err(StageError::input(format!(
+                        "{what}: constraint {} uses instance {idx} from the {} split; training constraints must use training instances",
+                        i + 1,
+                        if features.is_test[idx] { "test" } else { "training" }
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Draw `count` distinct unordered pairs from `pool`.
+fn sample_pairs(
+    pool: &[usize],
+    count: usize,
+    rng: &mut Stream,
+    what: &str,
+) -> Result<Vec<(u32, u32)>> {
+    let n = pool.len();
+    let possible = n.saturating_mul(n.saturating_sub(1)) / 2;
+    if count > possible {
+        return Err(StageError::input(format!(
+            "{what}: {count} distinct pairs were asked for but {n} instances only give {possible}; lower the budget"
+        )));
+    }
+    let mut seen = HashSet::with_capacity(count * 2);
+    let mut out = Vec::with_capacity(count);
+    while out.len() < count {
+        let i = rng.below(n as u64) as usize;
+        let j = rng.below(n as u64) as usize;
+        if i == j {
+            continue;
+        }
+        let (a, b) = (pool[i] as u32, pool[j] as u32);
+        let k = (a.min(b), a.max(b));
+        if seen.insert(k) {
+            out.push((a, b));
+        }
+    }
+    Ok(out)
+}
+
+fn judgment(probs: &ExpertProbs, e: usize, a: u32, b: u32) -> f32 {
+    let pa = probs.row(e, a as usize);
+    let pb = probs.row(e, b as usize);
+    let s: f64 = pa.iter().zip(pb).map(|(x, y)| *x as f64 * *y as f64).sum();
+    s.clamp(0.0, 1.0) as f32
+}
+
+/// Generate the training constraints and the diagnostic set.
+pub fn generate(
+    node: &ConstraintParams,
+    features: &Features,
+    probs: &ExpertProbs,
+) -> Result<(Constraints, Constraints)> {
+    let params = &node.settings;
+    let seed = node.seed;
+    if !(0.0..=1.0).contains(&params.corruption) || !params.corruption.is_finite() {
+        return Err(StageError::input(format!(
+            "`constraints.corruption` must be in [0, 1], got {}",
+            params.corruption
+        )));
+    }
+    if params.budget == 0 {
+        return Err(StageError::input("`constraints.budget` must be at least 1"));
+    }
+    let n_experts = probs.n_experts;
+    let train = features.train_indices();
+    let mut out = Constraints::default();
+    for e in 0..n_experts {
+        let share = params.budget / n_experts + usize::from(e < params.budget % n_experts);
+        let label = e.to_string();
+        let mut pair_rng = Stream::new(seed, &["constraints", "pairs", &label]);
+        let mut noise_rng = Stream::new(seed, &["constraints", "corruption", &label]);
+        for (a, b) in sample_pairs(&train, share, &mut pair_rng, "constraint budget")? {
+            let clean = judgment(probs, e, a, b);
+            let corrupted = noise_rng.bernoulli(params.corruption);
+            let u = noise_rng.uniform() as f32;
+            out.a.push(a);
+            out.b.push(b);
+            out.expert.push(e as u16);
+            out.y.push(if corrupted { u } else { clean });
+            out.y_clean.push(Some(clean));
+            out.corrupted.push(Some(corrupted));
+        }
+    }
+    let test = features.test_indices();
+    let possible = test.len() * test.len().saturating_sub(1) / 2;
+    let n_diag = params.diagnostic_pairs.min(possible);
+    let mut diag = Constraints::default();
+    let mut rng = Stream::new(seed, &["constraints", "diagnostic"]);
+    let mut noise = Stream::new(seed, &["constraints", "diagnostic-corruption"]);
+    for (i, (a, b)) in sample_pairs(&test, n_diag, &mut rng, "diagnostic set")?
+        .into_iter()
+        .enumerate()
+    {
+        let e = i % n_experts;
+        let clean = judgment(probs, e, a, b);
+        let corrupted = noise.bernoulli(params.corruption);
+        let u = noise.uniform() as f32;
+        let oracle = if features.labels[a as usize] == features.labels[b as usize] {
+            1.0
+        } else {
+            0.0
+        };
+        diag.a.push(a);
+        diag.b.push(b);
+        diag.expert.push(e as u16);
+        diag.y.push(if corrupted { u } else { clean });
+        diag.y_clean.push(Some(clean));
+        diag.corrupted.push(Some(corrupted));
+        diag.oracle.push(oracle);
+        diag.y_oracle.push(if corrupted { u } else { oracle });
+    }
+    Ok((out, diag))
+}
+
+/// Read user-supplied constraints from CSV (header `a,b,y[,expert]`) or Parquet.
+pub fn from_user_file(display: &str, bytes: &[u8], features: &Features) -> Result<Constraints> {
+    let is_parquet = bytes.len() >= 4 && &bytes[..4] == b"PAR1";
+    let mut c = Constraints::default();
+    if is_parquet {
+        let t = Table::from_parquet(bytes, &format!("`{display}`"))?;
+        let num = |name: &str| -> Result<Vec<f64>> {
+            let v = t.f64(name).or_else(|_| {
+                t.f32(name)
+                    .map(|v| v.into_iter().map(|x| x as f64).collect())
+            });
+            v.or_else(|_| {
+                t.u32(name)
+                    .map(|v| v.into_iter().map(|x| x as f64).collect())
+            })
+            .map_err(|_| {
+                StageError::input(format!(
+                    "`{display}` needs a numeric column `{name}` (columns: {})",
+                    t.column_names().join(", ")
+                ))
+            })
+        };
+        let (a, b, y) = (num("a")?, num("b")?, num("y")?);
+        let e = if t.has_column("expert") {
+            num("expert")?
+        } else {
+            vec![0.0; y.len()]
+        };
+        for i in 0..y.len() {
+            c.a.push(to_index(display, "a", i, a[i])?);
+            c.b.push(to_index(display, "b", i, b[i])?);
+            c.expert.push(to_index(display, "expert", i, e[i])? as u16);
+            c.y.push(y[i] as f32);
+        }
+    } else {
+        let text = std::str::from_utf8(bytes).map_err(|_| {
+            StageError::input(format!("`{display}` is neither Parquet nor UTF-8 CSV"))
+        })?;
+        let mut lines = text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty());
+        let (_, header) = lines
+            .next()
+            .ok_or_else(|| StageError::input(format!("`{display}` is empty")))?;
+        let cols: Vec<&str> = header.split(',').map(|s| s.trim()).collect();
+        let find = |name: &str| cols.iter().position(|c| *c == name);
+        let (ia, ib, iy) = match (find("a"), find("b"), find("y")) {
+            (Some(a), Some(b), Some(y)) => (a, b, y),
+            _ => return Err(StageError::input(format!("`{display}`: the header must name columns `a`, `b` and `y` (and optionally `expert`); found `{header}`"))),
+        };
+        let ie = find("expert");
+        for (no, line) in lines {
+            let f: Vec<&str> = line.split(',').map(|s| s.trim()).collect();
+            if f.len() != cols.len() {
+                return Err(StageError::input(format!(
+                    "`{display}` line {}: {} fields, expected {}",
+                    no + 1,
+                    f.len(),
+                    cols.len()
+                )));
+            }
+            let num = |j: usize| -> Result<f64> {
+                f[j].parse::<f64>().map_err(|_| {
+                    StageError::input(format!(
+                        "`{display}` line {}: `{}` is not a number",
+                        no + 1,
+                        f[j]
+                    ))
+                })
+            };
+            c.a.push(to_index(display, "a", no, num(ia)?)?);
+            c.b.push(to_index(display, "b", no, num(ib)?)?);
+            c.expert.push(match ie {
+                Some(j) => to_index(display, "expert", no, num(j)?)? as u16,
+                None => 0,
+            });
+            c.y.push(num(iy)? as f32);
+        }
+    }
+    c.y_clean = vec![None; c.y.len()];
+    c.corrupted = vec![None; c.y.len()];
+    if c.is_empty() {
+        return Err(StageError::input(format!(
+            "`{display}` holds no constraints"
+        )));
+    }
+    c.validate(features, false, &format!("`{display}`"))?;
+    Ok(c)
+}
+
+fn to_index(display: &str, name: &str, row: usize, v: f64) -> Result<u32> {
+    if v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v <= u32::MAX as f64 {
+        Ok(v as u32)
+    } else {
+        Err(StageError::input(format!(
+            "`{display}` row {}: `{name}` = {v} is not a non-negative integer index",
+            row + 1
+        )))
+    }
+}

@@ -1,0 +1,351 @@
+//! `pretrain`: the SDAE protocol of DEC/DCC/SpherePair (implementation notes §3).
+//!
+//! Layer-wise denoising autoencoders d→500, 500→500, 500→2000, 2000→D: untied encoder and
+//! linear decoder, weights U(±0.01), masking noise 0.2 on the input, ReLU + dropout 0.2 on
+//! hidden codes, the last code L2-normalised ("Sphere" variant), loss 0.5·mean squared error,
+//! SGD momentum 0.9 with lr 0.1·0.1^⌊epoch/100⌋, batch 256; each layer trains on the clean
+//! codes of the previous one. Then the full autoencoder (encoder in order, decoders in reverse,
+//! ReLUs between) is fine-tuned end to end on masked inputs, decoding from the normalised code.
+
+use serde::{Deserialize, Serialize};
+use upcc_nn::{masking_noise, Act, Linear, Sgd, Stream, WeightInit};
+
+use crate::error::{Monitor, Result, StageError};
+use crate::features::Features;
+use crate::nets::{step_lr, Autoencoder, Dev, G, P};
+use crate::table::TableBuilder;
+
+pub const VERSION: u32 = 1;
+pub const SAFETENSORS_MEDIA_TYPE: &str = "application/vnd.safetensors";
+
+/// What a spec may set for pretraining (defaults: the reference protocol).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PretrainSettings {
+    pub hidden: Vec<usize>,
+    pub layerwise_epochs: usize,
+    pub finetune_epochs: usize,
+    pub lr: f64,
+    pub momentum: f64,
+    /// Decay the learning rate by `lr_decay` every `lr_step` epochs.
+    pub lr_step: usize,
+    pub lr_decay: f64,
+    pub batch_size: usize,
+    /// Masking-noise probability on the inputs.
+    pub corruption: f64,
+    /// Dropout on hidden codes of the layer-wise DAEs.
+    pub dropout: f64,
+    /// Weights and biases start U(−init_range, init_range).
+    pub init_range: f64,
+    /// L2-normalise the code before decoding ("Sphere" SDAE; false for plain SDAE).
+    pub normalize_code: bool,
+}
+
+/// Parameters of one pretraining node.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PretrainParams {
+    pub settings: PretrainSettings,
+    pub embedding_dim: usize,
+    pub seed: u64,
+}
+
+impl Default for PretrainSettings {
+    fn default() -> Self {
+        PretrainSettings {
+            hidden: vec![500, 500, 2000],
+            layerwise_epochs: 300,
+            finetune_epochs: 500,
+            lr: 0.1,
+            momentum: 0.9,
+            lr_step: 100,
+            lr_decay: 0.1,
+            batch_size: 256,
+            corruption: 0.2,
+            dropout: 0.2,
+            init_range: 0.01,
+            normalize_code: true,
+        }
+    }
+}
+
+/// One row of the loss curve.
+pub struct CurvePoint {
+    pub phase: String,
+    pub layer: u32,
+    pub epoch: u32,
+    pub loss: f64,
+}
+
+/// Result: the autoencoder weights (safetensors) and the loss curve (Parquet).
+pub struct Pretrained {
+    pub weights: Vec<u8>,
+    pub curve: Vec<u8>,
+    pub train_mse_before: f64,
+    pub train_mse_after: f64,
+    pub test_mse_after: f64,
+}
+
+pub fn validate(params: &PretrainParams) -> Result<()> {
+    let p = &params.settings;
+    if p.batch_size == 0 || params.embedding_dim == 0 || p.hidden.contains(&0) {
+        return Err(StageError::input(
+            "`pretrain`: batch_size, embedding_dim and hidden sizes must be positive",
+        ));
+    }
+    for (name, v) in [("corruption", p.corruption), ("dropout", p.dropout)] {
+        if !(0.0..1.0).contains(&v) {
+            return Err(StageError::input(format!(
+                "`pretrain.{name}` must be in [0, 1), got {v}"
+            )));
+        }
+    }
+    if !(p.lr > 0.0 && p.lr.is_finite()) {
+        return Err(StageError::input(format!(
+            "`pretrain.lr` must be positive, got {}",
+            p.lr
+        )));
+    }
+    Ok(())
+}
+
+pub fn run(
+    node: &PretrainParams,
+    features: &Features,
+    monitor: &mut dyn Monitor,
+) -> Result<Pretrained> {
+    validate(node)?;
+    let params = &node.settings;
+    let seed = node.seed;
+    let train = features.train_indices();
+    let test = features.test_indices();
+    let x_train = features.gather(&train);
+    let x_test = features.gather(&test);
+    let mut dims = vec![features.dim];
+    dims.extend_from_slice(&params.hidden);
+    dims.push(node.embedding_dim);
+    let n_layers = dims.len() - 1;
+    let total_epochs = (n_layers * params.layerwise_epochs + params.finetune_epochs) as u64;
+    let mut done = 0u64;
+    let mut curve = Vec::new();
+
+    // The full autoencoder whose parameters the layer-wise stage fills in.
+    let mut full = P::new(Dev::default());
+    let mut init_rng = Stream::new(seed, &["pretrain", "init"]);
+    let ae = Autoencoder::new(
+        &mut full,
+        features.dim,
+        &params.hidden,
+        node.embedding_dim,
+        WeightInit::Uniform(params.init_range),
+        0,
+        &mut init_rng,
+    );
+    let train_mse_before = ae.reconstruction_mse(&full, &x_train, features.dim);
+
+    // Layer-wise denoising autoencoders.
+    let mut input = x_train.clone();
+    let mut in_dim = features.dim;
+    for l in 0..n_layers {
+        let out_dim = dims[l + 1];
+        let last = l + 1 == n_layers;
+        let label = l.to_string();
+        let mut rng = Stream::new(seed, &["pretrain", "dae", &label]);
+        let mut p = P::new(Dev::default());
+        let enc = Linear::new(
+            &mut p,
+            "enc",
+            in_dim,
+            out_dim,
+            WeightInit::Uniform(params.init_range),
+            0,
+            &mut rng,
+        );
+        let dec = Linear::new(
+            &mut p,
+            "dec",
+            out_dim,
+            in_dim,
+            WeightInit::Uniform(params.init_range),
+            0,
+            &mut rng,
+        );
+        let mut opt = Sgd::new(&p, params.lr, params.momentum);
+        let mut g = G::new(Dev::default());
+        let rows = input.len() / in_dim;
+        let mut batch_rng = Stream::new(seed, &["pretrain", "dae-batches", &label]);
+        let mut noise_rng = Stream::new(seed, &["pretrain", "dae-noise", &label]);
+        for epoch in 0..params.layerwise_epochs {
+            opt.lr = step_lr(params.lr, params.lr_decay, params.lr_step, epoch);
+            let order = batch_rng.permutation(rows);
+            let (mut sum, mut count) = (0.0, 0usize);
+            for batch in order.chunks(params.batch_size) {
+                let xb: Vec<f32> = batch
+                    .iter()
+                    .flat_map(|&i| {
+                        input[i as usize * in_dim..(i as usize + 1) * in_dim]
+                            .iter()
+                            .copied()
+                    })
+                    .collect();
+                g.reset();
+                p.zero_grads();
+                let xi = g.input(&xb, batch.len(), in_dim);
+                let noisy = g.mask(
+                    xi,
+                    &masking_noise::<f32>(xb.len(), params.corruption, &mut noise_rng),
+                );
+                let mut h = enc.forward(
+                    &mut g,
+                    &p,
+                    noisy,
+                    if last { Act::Identity } else { Act::Relu },
+                );
+                if last {
+                    if params.normalize_code {
+                        h = g.l2_normalize(h, 1e-12);
+                    }
+                } else if params.dropout > 0.0 {
+                    let (r, c) = g.shape(h);
+                    h = g.mask(
+                        h,
+                        &upcc_nn::dropout_mask::<f32>(r * c, params.dropout, &mut noise_rng),
+                    );
+                }
+                let recon = dec.forward(&mut g, &p, h, Act::Identity);
+                let loss = g.sq_error(recon, &xb, 0.5 / xb.len() as f64);
+                sum += g.scalar(loss) * batch.len() as f64;
+                count += batch.len();
+                g.backward(loss, &mut p);
+                opt.step(&mut p);
+            }
+            done += 1;
+            let mean = sum / count.max(1) as f64;
+            if !mean.is_finite() {
+                return Err(StageError::failed(format!(
+                    "pretrain layer {l}: loss diverged at epoch {epoch}"
+                )));
+            }
+            curve.push(CurvePoint {
+                phase: "layerwise".into(),
+                layer: l as u32,
+                epoch: epoch as u32,
+                loss: mean,
+            });
+            monitor.progress(
+                done,
+                total_epochs,
+                &format!("layer {} epoch {} loss {mean:.5}", l + 1, epoch + 1),
+            );
+        }
+        // Copy into the full autoencoder: encoder layer l, decoder layer (n_layers-1-l).
+        let dec_l = n_layers - 1 - l;
+        full.set_host(ae.encoder.layers[l].weight, &p.to_host(enc.weight));
+        full.set_host(ae.encoder.layers[l].bias, &p.to_host(enc.bias));
+        full.set_host(ae.decoder.layers[dec_l].weight, &p.to_host(dec.weight));
+        full.set_host(ae.decoder.layers[dec_l].bias, &p.to_host(dec.bias));
+        // Clean codes (eval mode) feed the next layer.
+        if !last {
+            let mut next = Vec::with_capacity(rows * out_dim);
+            for start in (0..rows).step_by(2048) {
+                let end = (start + 2048).min(rows);
+                g.reset();
+                let xi = g.input(&input[start * in_dim..end * in_dim], end - start, in_dim);
+                let h = enc.forward(&mut g, &p, xi, Act::Relu);
+                next.extend(g.to_host(h));
+            }
+            input = next;
+            in_dim = out_dim;
+        }
+        monitor.log(&format!(
+            "layer-wise DAE {} ({}→{}) done",
+            l + 1,
+            dims[l],
+            dims[l + 1]
+        ));
+    }
+
+    // End-to-end fine-tuning.
+    let mut opt = Sgd::new(&full, params.lr, params.momentum);
+    let mut g = G::new(Dev::default());
+    let mut batch_rng = Stream::new(seed, &["pretrain", "finetune-batches"]);
+    let mut noise_rng = Stream::new(seed, &["pretrain", "finetune-noise"]);
+    let rows = train.len();
+    let d = features.dim;
+    for epoch in 0..params.finetune_epochs {
+        opt.lr = step_lr(params.lr, params.lr_decay, params.lr_step, epoch);
+        let order = batch_rng.permutation(rows);
+        let (mut sum, mut count) = (0.0, 0usize);
+        for batch in order.chunks(params.batch_size) {
+            let xb: Vec<f32> = batch
+                .iter()
+                .flat_map(|&i| {
+                    x_train[i as usize * d..(i as usize + 1) * d]
+                        .iter()
+                        .copied()
+                })
+                .collect();
+            g.reset();
+            full.zero_grads();
+            let xi = g.input(&xb, batch.len(), d);
+            let noisy = g.mask(
+                xi,
+                &masking_noise::<f32>(xb.len(), params.corruption, &mut noise_rng),
+            );
+            let z = ae.encoder.forward(&mut g, &full, noisy, None);
+            let code = if params.normalize_code {
+                g.l2_normalize(z, 1e-12)
+            } else {
+                z
+            };
+            let recon = ae.decoder.forward(&mut g, &full, code, None);
+            let loss = g.sq_error(recon, &xb, 0.5 / xb.len() as f64);
+            sum += g.scalar(loss) * batch.len() as f64;
+            count += batch.len();
+            g.backward(loss, &mut full);
+            opt.step(&mut full);
+        }
+        done += 1;
+        let mean = sum / count.max(1) as f64;
+        if !mean.is_finite() {
+            return Err(StageError::failed(format!(
+                "pretrain fine-tuning: loss diverged at epoch {epoch}"
+            )));
+        }
+        curve.push(CurvePoint {
+            phase: "finetune".into(),
+            layer: n_layers as u32,
+            epoch: epoch as u32,
+            loss: mean,
+        });
+        monitor.progress(
+            done,
+            total_epochs,
+            &format!("fine-tune epoch {} loss {mean:.5}", epoch + 1),
+        );
+    }
+    let train_mse_after = ae.reconstruction_mse(&full, &x_train, d);
+    let test_mse_after = ae.reconstruction_mse(&full, &x_test, d);
+    monitor.log(&format!("reconstruction MSE on train: {train_mse_before:.6} at init → {train_mse_after:.6}; test {test_mse_after:.6}"));
+    let metadata = std::collections::BTreeMap::from([
+        ("stage".to_string(), "pretrain".to_string()),
+        ("architecture".to_string(), format!("{dims:?}")),
+        (
+            "normalize_code".to_string(),
+            params.normalize_code.to_string(),
+        ),
+    ]);
+    let weights = full.to_safetensors(&["encoder.", "decoder."], &metadata);
+    let curve = TableBuilder::new()
+        .str("phase", curve.iter().map(|c| c.phase.clone()).collect())
+        .u32("layer", curve.iter().map(|c| c.layer).collect())
+        .u32("epoch", curve.iter().map(|c| c.epoch).collect())
+        .f64("loss", curve.iter().map(|c| c.loss).collect())
+        .to_parquet()?;
+    Ok(Pretrained {
+        weights,
+        curve,
+        train_mse_before,
+        train_mse_after,
+        test_mse_after,
+    })
+}

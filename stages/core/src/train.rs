@@ -1,0 +1,514 @@
+//! `train`: ProbPair and Weighted ProbPair (Section 4.1, Appendix C.2/C.5).
+//!
+//! Readout ŷ = σ((cos(z_a, z_b) − m)/T), m = tanh(m̃), T = softplus(T̃), initialised at
+//! (m, T) = (0, 0.1) and trained with lr 1e-2; loss (1/|B|) Σ w_i BCE(y_i, ŷ_i) + λ·L_rec with
+//! the reconstruction decoded from the normalised code; w_i = κ_i for Weighted ProbPair.
+//! Constraint batches of 256 are paired with instance batches of ⌊N/⌈M/256⌉⌋ as in the
+//! reference code; Adam 1e-3; global gradient-norm clipping at 1 (reference code).
+
+use serde::{Deserialize, Serialize};
+use upcc_nn::{softplus, Adam, Init, ParamId, Stream, WeightInit};
+
+use crate::constraints::Constraints;
+use crate::error::{Monitor, Result, StageError};
+use crate::features::Features;
+use crate::nets::{Autoencoder, Dev, G, P};
+use crate::table::TableBuilder;
+
+pub const VERSION: u32 = 1;
+
+/// Per-constraint weights of the pairwise loss.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Weighting {
+    /// ProbPair: every constraint weighs 1.
+    None,
+    /// Weighted ProbPair: information-based decisiveness κ_i (Eq. 9).
+    Kappa,
+}
+
+/// How the reconstruction error is reduced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecReduction {
+    /// Mean over batch and features (reference code; λ = 0.02 is calibrated to it).
+    Mean,
+    /// Sum over features, mean over samples (the paper's formula).
+    Sum,
+}
+
+/// Whether the readout initial values are given for (m, T) or for the raw (m̃, T̃).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReadoutInit {
+    /// m = tanh(m̃) = m0, T = softplus(T̃) = t0.
+    Value,
+    /// m̃ = m0, T̃ = t0.
+    Raw,
+}
+
+/// What a spec may set for ProbPair-style training (defaults: the paper's).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainSettings {
+    pub hidden: Vec<usize>,
+    pub epochs: usize,
+    pub lr: f64,
+    pub readout_lr: f64,
+    pub batch_size: usize,
+    pub lambda_rec: f64,
+    pub rec_reduction: RecReduction,
+    /// Global gradient-norm clip (None: no clipping).
+    pub grad_clip: Option<f64>,
+    pub readout_m0: f64,
+    pub readout_t0: f64,
+    pub readout_init: ReadoutInit,
+}
+
+/// Parameters of one training node.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TrainParams {
+    pub settings: TrainSettings,
+    pub weighting: Weighting,
+    pub embedding_dim: usize,
+    /// Start from the pretrained SDAE weights (the node then has a `weights` input).
+    pub pretrained: bool,
+    pub seed: u64,
+}
+
+impl TrainParams {
+    pub fn new(
+        settings: TrainSettings,
+        weighting: Weighting,
+        embedding_dim: usize,
+        pretrained: bool,
+        seed: u64,
+    ) -> Self {
+        TrainParams {
+            settings,
+            weighting,
+            embedding_dim,
+            pretrained,
+            seed,
+        }
+    }
+}
+
+impl Default for TrainSettings {
+    fn default() -> Self {
+        TrainSettings {
+            hidden: vec![500, 500, 2000],
+            epochs: 500,
+            lr: 1e-3,
+            readout_lr: 1e-2,
+            batch_size: 256,
+            lambda_rec: 0.02,
+            rec_reduction: RecReduction::Mean,
+            grad_clip: Some(1.0),
+            readout_m0: 0.0,
+            readout_t0: 0.1,
+            readout_init: ReadoutInit::Value,
+        }
+    }
+}
+
+/// κ_i = KL(Bern(y_i) ‖ Bern(ȳ)) / [(1−y_i) KL(Bern(0) ‖ Bern(ȳ)) + y_i KL(Bern(1) ‖ Bern(ȳ))] (Eq. 9).
+pub fn kappa(y: &[f32]) -> Vec<f32> {
+    let ybar = y.iter().map(|&v| v as f64).sum::<f64>() / y.len().max(1) as f64;
+    let ybar = ybar.clamp(1e-12, 1.0 - 1e-12);
+    let xlogx = |p: f64, q: f64| if p <= 0.0 { 0.0 } else { p * (p / q).ln() };
+    let kl = |p: f64| xlogx(p, ybar) + xlogx(1.0 - p, 1.0 - ybar);
+    let kl0 = -(1.0 - ybar).ln();
+    let kl1 = -ybar.ln();
+    y.iter()
+        .map(|&yi| {
+            let yi = (yi as f64).clamp(0.0, 1.0);
+            let den = (1.0 - yi) * kl0 + yi * kl1;
+            if den <= 0.0 {
+                0.0
+            } else {
+                (kl(yi) / den).clamp(0.0, 1.0) as f32
+            }
+        })
+        .collect()
+}
+
+/// A ProbPair learner: autoencoder plus readout (m̃, T̃).
+pub struct ProbPairModel {
+    pub params: P,
+    pub ae: Autoencoder,
+    pub m_raw: ParamId,
+    pub t_raw: ParamId,
+}
+
+impl ProbPairModel {
+    /// Build with fresh (PyTorch-default) weights, then load `pretrained` if given.
+    pub fn new(
+        tp: &TrainParams,
+        input_dim: usize,
+        pretrained: Option<&[u8]>,
+        rng: &mut Stream,
+    ) -> Result<Self> {
+        let p = &tp.settings;
+        let mut params = P::new(Dev::default());
+        let ae = Autoencoder::new(
+            &mut params,
+            input_dim,
+            &p.hidden,
+            tp.embedding_dim,
+            WeightInit::Torch,
+            0,
+            rng,
+        );
+        let (m0, t0) = match p.readout_init {
+            ReadoutInit::Value => {
+                if !(p.readout_m0 > -1.0 && p.readout_m0 < 1.0 && p.readout_t0 > 0.0) {
+                    return Err(StageError::input(
+                        "`train.readout_m0` must be in (−1, 1) and `train.readout_t0` positive",
+                    ));
+                }
+                (p.readout_m0.atanh(), (p.readout_t0.exp() - 1.0).ln())
+            }
+            ReadoutInit::Raw => (p.readout_m0, p.readout_t0),
+        };
+        let m_raw = params.add("readout.m", 1, 1, Init::Const(m0), 1, rng);
+        let t_raw = params.add("readout.t", 1, 1, Init::Const(t0), 1, rng);
+        if let Some(bytes) = pretrained {
+            let loaded = params
+                .load_safetensors(bytes, |name| {
+                    (name.starts_with("encoder.") || name.starts_with("decoder."))
+                        .then(|| name.to_string())
+                })
+                .map_err(|e| {
+                    StageError::input(format!("pretrained weights do not fit this model: {e}"))
+                })?;
+            if loaded == 0 {
+                return Err(StageError::input(
+                    "pretrained weights hold no encoder/decoder tensors",
+                ));
+            }
+        }
+        Ok(ProbPairModel {
+            params,
+            ae,
+            m_raw,
+            t_raw,
+        })
+    }
+
+    /// Current (m, T).
+    pub fn readout(&self) -> (f64, f64) {
+        let m = (self.params.scalar(self.m_raw) as f64).tanh();
+        let t = softplus(self.params.scalar(self.t_raw) as f64);
+        (m, t)
+    }
+
+    /// ŷ for pairs (a_i, b_i) of rows of `x`, no gradients.
+    pub fn predict_pairs(&self, x: &Features, a: &[u32], b: &[u32]) -> Vec<f32> {
+        let mut idx: Vec<usize> = a.iter().chain(b).map(|&i| i as usize).collect();
+        idx.sort_unstable();
+        idx.dedup();
+        let emb = self.ae.embed(&self.params, &x.gather(&idx), x.dim);
+        let d = self.ae.encoder.out_dim();
+        let pos = |i: u32| idx.binary_search(&(i as usize)).expect("row embedded");
+        let (m, t) = self.readout();
+        a.iter()
+            .zip(b)
+            .map(|(&ia, &ib)| {
+                let (ra, rb) = (pos(ia), pos(ib));
+                let c: f64 = (0..d)
+                    .map(|k| emb[ra * d + k] as f64 * emb[rb * d + k] as f64)
+                    .sum();
+                upcc_nn::sigmoid((c - m) / t) as f32
+            })
+            .collect()
+    }
+}
+
+/// One epoch's record.
+#[derive(Clone, Debug)]
+pub struct EpochStats {
+    pub epoch: u32,
+    pub loss: f64,
+    pub pair_loss: f64,
+    pub rec_loss: f64,
+    pub m: f64,
+    pub t: f64,
+}
+
+/// Mini-batch trainer of a ProbPair model on (targets, weights) over given constraints.
+pub struct Trainer {
+    opt: Adam<f32, Dev>,
+    graph: G,
+    batch_rng: Stream,
+}
+
+impl Trainer {
+    pub fn new(model: &ProbPairModel, p: &TrainSettings, seed: u64, rng_label: &str) -> Self {
+        Trainer {
+            opt: Adam::new(&model.params, vec![p.lr, p.readout_lr]),
+            graph: G::new(Dev::default()),
+            batch_rng: Stream::new(seed, &["train", "batches", rng_label]),
+        }
+    }
+
+    /// One epoch over constraints `cons` (indices into a, b, targets, weights) with the
+    /// reference code's instance batching over `instances`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn epoch(
+        &mut self,
+        model: &mut ProbPairModel,
+        p: &TrainSettings,
+        x: &Features,
+        instances: &[usize],
+        a: &[u32],
+        b: &[u32],
+        targets: &[f32],
+        weights: &[f32],
+        epoch: u32,
+    ) -> Result<EpochStats> {
+        let m_total = a.len();
+        let bs = p.batch_size.max(1);
+        let n_batches = m_total.div_ceil(bs).max(1);
+        let inst_bs = instances.len() / n_batches;
+        let cperm = self.batch_rng.permutation(m_total);
+        let iperm = self.batch_rng.permutation(instances.len());
+        let d = x.dim;
+        let (mut sum_pair, mut sum_rec, mut sum_loss) = (0.0, 0.0, 0.0);
+        let mut xb: Vec<f32> = Vec::new();
+        let g = &mut self.graph;
+        for bi in 0..n_batches {
+            let cb = &cperm[bi * bs..((bi + 1) * bs).min(m_total)];
+            let ib = &iperm[bi * inst_bs..(bi + 1) * inst_bs];
+            let n = cb.len();
+            xb.clear();
+            for &k in cb {
+                xb.extend_from_slice(x.row(a[k as usize] as usize));
+            }
+            for &k in cb {
+                xb.extend_from_slice(x.row(b[k as usize] as usize));
+            }
+            for &k in ib {
+                xb.extend_from_slice(x.row(instances[k as usize]));
+            }
+            let rows = 2 * n + ib.len();
+            let y: Vec<f32> = cb.iter().map(|&k| targets[k as usize]).collect();
+            let w: Vec<f32> = cb.iter().map(|&k| weights[k as usize]).collect();
+            g.reset();
+            model.params.zero_grads();
+            let xi = g.input(&xb, rows, d);
+            let z = model.ae.encoder.forward(g, &model.params, xi, None);
+            let u = g.l2_normalize(z, 1e-12);
+            let ia: Vec<u32> = (0..n as u32).collect();
+            let ibb: Vec<u32> = (n as u32..2 * n as u32).collect();
+            let cos = g.pair_dot(u, &ia, &ibb);
+            let pair = g.probpair_loss(
+                &model.params,
+                cos,
+                model.m_raw,
+                model.t_raw,
+                &y,
+                &w,
+                n as f64,
+            );
+            let loss = if ib.is_empty() || p.lambda_rec == 0.0 {
+                sum_pair += g.scalar(pair);
+                sum_loss += g.scalar(pair);
+                pair
+            } else {
+                let ui = g.rows(u, 2 * n, rows);
+                let recon = model.ae.decoder.forward(g, &model.params, ui, None);
+                let scale = match p.rec_reduction {
+                    RecReduction::Mean => 1.0 / (ib.len() * d) as f64,
+                    RecReduction::Sum => 1.0 / ib.len() as f64,
+                };
+                let rec = g.sq_error(recon, &xb[2 * n * d..], scale);
+                let total = g.sum(&[(pair, 1.0), (rec, p.lambda_rec)]);
+                sum_pair += g.scalar(pair);
+                sum_rec += g.scalar(rec);
+                sum_loss += g.scalar(total);
+                total
+            };
+            g.backward(loss, &mut model.params);
+            if let Some(c) = p.grad_clip {
+                model.params.clip_grad_norm(c);
+            }
+            self.opt.step(&mut model.params);
+        }
+        let nb = n_batches as f64;
+        if !sum_loss.is_finite() {
+            return Err(StageError::failed(format!(
+                "training diverged at epoch {epoch} (non-finite loss)"
+            )));
+        }
+        let (m, t) = model.readout();
+        Ok(EpochStats {
+            epoch,
+            loss: sum_loss / nb,
+            pair_loss: sum_pair / nb,
+            rec_loss: sum_rec / nb,
+            m,
+            t,
+        })
+    }
+}
+
+pub fn validate(tp: &TrainParams) -> Result<()> {
+    let p = &tp.settings;
+    if p.batch_size == 0 || tp.embedding_dim == 0 || p.hidden.contains(&0) {
+        return Err(StageError::input(
+            "`train`: batch_size, embedding_dim and hidden sizes must be positive",
+        ));
+    }
+    if !(p.lambda_rec >= 0.0 && p.lambda_rec.is_finite()) {
+        return Err(StageError::input(format!(
+            "`train.lambda_rec` must be ≥ 0, got {}",
+            p.lambda_rec
+        )));
+    }
+    if !(p.lr > 0.0 && p.readout_lr > 0.0) {
+        return Err(StageError::input(
+            "`train.lr` and `train.readout_lr` must be positive",
+        ));
+    }
+    Ok(())
+}
+
+/// Output of training: embeddings of every instance and the curve.
+pub struct Trained {
+    pub embeddings: Vec<f32>,
+    pub dim: usize,
+    pub curve: Vec<EpochStats>,
+}
+
+/// Train ProbPair / Weighted ProbPair on `constraints`.
+pub fn run(
+    p: &TrainParams,
+    features: &Features,
+    constraints: &Constraints,
+    pretrained: Option<&[u8]>,
+    monitor: &mut dyn Monitor,
+) -> Result<Trained> {
+    validate(p)?;
+    constraints.validate(features, false, "constraints artifact")?;
+    if constraints.is_empty() {
+        return Err(StageError::input("no constraints to train on"));
+    }
+    let mut rng = Stream::new(p.seed, &["train", "init"]);
+    let mut model = ProbPairModel::new(p, features.dim, pretrained, &mut rng)?;
+    let weights = match p.weighting {
+        Weighting::None => vec![1.0; constraints.len()],
+        Weighting::Kappa => kappa(&constraints.y),
+    };
+    let instances = features.train_indices();
+    let settings = &p.settings;
+    let mut trainer = Trainer::new(&model, settings, p.seed, "probpair");
+    let mut curve = Vec::new();
+    for epoch in 0..settings.epochs {
+        let s = trainer.epoch(
+            &mut model,
+            settings,
+            features,
+            &instances,
+            &constraints.a,
+            &constraints.b,
+            &constraints.y,
+            &weights,
+            epoch as u32,
+        )?;
+        monitor.progress(
+            epoch as u64 + 1,
+            settings.epochs as u64,
+            &format!("loss {:.4} m {:.3} T {:.3}", s.loss, s.m, s.t),
+        );
+        curve.push(s);
+    }
+    if let Some(last) = curve.last() {
+        monitor.log(&format!(
+            "final loss {:.5} (pair {:.5}, rec {:.5}), m {:.4}, T {:.4}",
+            last.loss, last.pair_loss, last.rec_loss, last.m, last.t
+        ));
+    }
+    let embeddings = model.ae.embed(&model.params, &features.x, features.dim);
+    Ok(Trained {
+        embeddings,
+        dim: p.embedding_dim,
+        curve,
+    })
+}
+
+pub fn embeddings_to_parquet(features: &Features, emb: &[f32], dim: usize) -> Result<Vec<u8>> {
+    TableBuilder::new()
+        .u32("id", features.ids.clone())
+        .str(
+            "split",
+            features
+                .is_test
+                .iter()
+                .map(|&t| if t { "test" } else { "train" }.to_string())
+                .collect(),
+        )
+        .f32_rows("z", dim, emb.to_vec())
+        .to_parquet()
+}
+
+pub fn curve_to_parquet(curve: &[EpochStats]) -> Result<Vec<u8>> {
+    TableBuilder::new()
+        .u32("epoch", curve.iter().map(|s| s.epoch).collect())
+        .f64("loss", curve.iter().map(|s| s.loss).collect())
+        .f64("pair_loss", curve.iter().map(|s| s.pair_loss).collect())
+        .f64("rec_loss", curve.iter().map(|s| s.rec_loss).collect())
+        .f64("m", curve.iter().map(|s| s.m).collect())
+        .f64("t", curve.iter().map(|s| s.t).collect())
+        .to_parquet()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kappa_is_one_at_the_ends_zero_at_the_mean_and_in_between_elsewhere() {
+        // ȳ = 0.4 for this set.
+        let y = [0.0, 1.0, 0.4, 0.4, 0.2];
+        let k = kappa(&y);
+        assert!((k[0] - 1.0).abs() < 1e-6 && (k[1] - 1.0).abs() < 1e-6);
+        assert!(k[2].abs() < 1e-6);
+        // Hand computation for y = 0.2, ȳ = 0.4:
+        // KL = 0.2 ln(0.5) + 0.8 ln(0.8/0.6) = 0.0915; den = 0.8·(−ln 0.6) + 0.2·(−ln 0.4) = 0.5919.
+        let kl = 0.2f64 * (0.5f64).ln() + 0.8 * (0.8f64 / 0.6).ln();
+        let den = 0.8 * -(0.6f64).ln() + 0.2 * -(0.4f64).ln();
+        assert!(
+            (k[4] as f64 - kl / den).abs() < 1e-6,
+            "{} vs {}",
+            k[4],
+            kl / den
+        );
+        assert!((k[4] as f64 - 0.154_6).abs() < 1e-3);
+    }
+
+    #[test]
+    fn readout_starts_at_m0_t0() {
+        let s = TrainSettings {
+            hidden: vec![4],
+            ..Default::default()
+        };
+        let p = TrainParams::new(s.clone(), Weighting::None, 2, false, 0);
+        let mut rng = Stream::new(0, &["t"]);
+        let model = ProbPairModel::new(&p, 3, None, &mut rng).unwrap();
+        let (m, t) = model.readout();
+        assert!(m.abs() < 1e-7 && (t - 0.1).abs() < 1e-6, "{m} {t}");
+        let raw = TrainParams::new(
+            TrainSettings {
+                readout_init: ReadoutInit::Raw,
+                ..s
+            },
+            Weighting::None,
+            2,
+            false,
+            0,
+        );
+        let model = ProbPairModel::new(&raw, 3, None, &mut rng).unwrap();
+        assert!((model.readout().1 - softplus(0.1)).abs() < 1e-6);
+    }
+}
