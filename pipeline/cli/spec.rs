@@ -302,9 +302,11 @@ fn locate(text: &str, token: &str) -> Option<usize> {
 fn explain_serde(msg: &str) -> (String, Option<String>) {
     // "unknown field `x`, expected one of `a`, `b`" / "unknown variant `x`, expected `a` or `b`"
     for kind in ["unknown field", "unknown variant"] {
-        if let Some(rest) = msg.strip_prefix(kind) {
+        if let Some(pos) = msg.find(kind) {
+            let rest = &msg[pos + kind.len()..];
+            let rest = rest.split(" at line ").next().unwrap_or(rest);
             let bad = rest.split('`').nth(1).unwrap_or("");
-            let expected: Vec<&str> = rest.split('`').skip(2).step_by(2).collect();
+            let expected: Vec<&str> = rest.split('`').skip(3).step_by(2).collect();
             let hint = nearest(bad, expected.iter().copied())
                 .map(|n| format!("did you mean `{n}`?"))
                 .or_else(|| {
@@ -370,35 +372,45 @@ pub fn apply_overrides(root: &mut Value, overrides: &[String]) -> Result<()> {
         let value: Value = serde_yaml_ng::from_str(raw).map_err(|e| {
             CliError::user(format!("`--set {o}`: value `{raw}` is not valid YAML: {e}"))
         })?;
-        let mut node = &mut *root;
-        for (i, seg) in path.iter().enumerate() {
-            let last = i + 1 == path.len();
-            let map = match node {
-                Value::Mapping(m) => m,
-                Value::Null => {
-                    *node = Value::Mapping(Default::default());
-                    match node {
-                        Value::Mapping(m) => m,
-                        _ => unreachable!("just set"),
-                    }
-                }
-                _ => {
-                    return Err(CliError::user(format!(
-                        "`--set {o}`: `{}` is not a section, it cannot hold `{seg}`",
-                        path[..i].join(".")
-                    )))
-                }
-            };
-            let k = Value::String(seg.to_string());
-            if last {
-                map.insert(k, value.clone());
+        set_path(root, &path, value, o)?;
+    }
+    Ok(())
+}
+
+/// Set `value` at `path`, creating sections as needed. A key may itself contain dots
+/// (`supervision.lv0.01.level`): at each level the longest run of segments naming an
+/// existing key wins.
+fn set_path(root: &mut Value, path: &[&str], value: Value, arg: &str) -> Result<()> {
+    let mut node = root;
+    let mut i = 0;
+    while i < path.len() {
+        if node.is_null() {
+            *node = Value::Mapping(Default::default());
+        }
+        let Value::Mapping(map) = node else {
+            return Err(CliError::user(format!(
+                "`--set {arg}`: `{}` is not a section, it cannot hold `{}`",
+                path[..i].join("."),
+                path[i]
+            )));
+        };
+        let mut take = 1;
+        for j in (i + 1..=path.len()).rev() {
+            if map.contains_key(path[i..j].join(".").as_str()) {
+                take = j - i;
                 break;
             }
-            if !map.contains_key(&k) {
-                map.insert(k.clone(), Value::Null);
-            }
-            node = map.get_mut(&k).expect("inserted");
         }
+        let key = Value::String(path[i..i + take].join("."));
+        i += take;
+        if i == path.len() {
+            map.insert(key, value);
+            return Ok(());
+        }
+        if !map.contains_key(&key) {
+            map.insert(key.clone(), Value::Null);
+        }
+        node = map.get_mut(&key).expect("present");
     }
     Ok(())
 }
@@ -724,16 +736,20 @@ fn validate(src: SpecSource, file: SpecFile) -> Result<Spec> {
         .train
         .clone()
         .unwrap_or(Value::Mapping(Default::default()));
-    if let Err(e) = serde_yaml_ng::from_value::<TrainSettings>(base_train.clone()) {
-        let (m, h) = explain_serde(&e.to_string());
-        let token = e
-            .to_string()
-            .split('`')
-            .nth(1)
-            .unwrap_or("train")
-            .to_string();
-        p.add(&token, format!("`params.train`: {m}"), h);
-    }
+    let base_ok = match serde_yaml_ng::from_value::<TrainSettings>(base_train.clone()) {
+        Ok(_) => true,
+        Err(e) => {
+            let (m, h) = explain_serde(&e.to_string());
+            let token = e
+                .to_string()
+                .split('`')
+                .nth(1)
+                .unwrap_or("train")
+                .to_string();
+            p.add(&token, format!("`params.train`: {m}"), h);
+            false
+        }
+    };
     let mut method_train = BTreeMap::new();
     for (name, m) in &file.methods {
         let kind = match m.kind.or_else(|| MethodKind::from_name(name)) {
@@ -759,6 +775,8 @@ fn validate(src: SpecSource, file: SpecFile) -> Result<Spec> {
             Ok(s) => {
                 method_train.insert(name.clone(), (kind, s));
             }
+            // A problem of `params.train` itself is reported once, above.
+            Err(_) if !base_ok => {}
             Err(e) => {
                 let (msg, h) = explain_serde(&e.to_string());
                 let token = e.to_string().split('`').nth(1).unwrap_or(name).to_string();
@@ -912,9 +930,11 @@ mod tests {
 
     #[test]
     fn explains_unknown_fields_with_the_nearest_name() {
-        let (m, h) = explain_serde("unknown field `corruptoin`, expected one of `budget`, `corruption`, `diagnostic_pairs` at line 3 column 5");
-        assert_eq!(m, "unknown field `corruptoin`, expected one of `budget`, `corruption`, `diagnostic_pairs`");
+        let (m, h) = explain_serde("params.constraints: unknown field `corruptoin`, expected one of `budget`, `corruption`, `diagnostic_pairs` at line 3 column 5");
+        assert_eq!(m, "params.constraints: unknown field `corruptoin`, expected one of `budget`, `corruption`, `diagnostic_pairs`");
         assert_eq!(h.as_deref(), Some("did you mean `corruption`?"));
+        let (_, h) = explain_serde("unknown field `qqq`, expected `aa` or `bb`");
+        assert_eq!(h.as_deref(), Some("valid: `aa`, `bb`"));
     }
 
     #[test]
@@ -936,6 +956,11 @@ mod tests {
         assert_eq!(v["params"]["constraints"]["corruption"].as_f64(), Some(0.5));
         assert_eq!(v["params"]["train"]["epochs"].as_u64(), Some(3));
         assert!(apply_overrides(&mut v, &["nonsense".into()]).is_err());
+        let mut w: Value =
+            serde_yaml_ng::from_str("supervision:\n  lv0.01: {kind: single, level: 0.01}\n")
+                .unwrap();
+        apply_overrides(&mut w, &["supervision.lv0.01.level=0.1".into()]).unwrap();
+        assert_eq!(w["supervision"]["lv0.01"]["level"].as_f64(), Some(0.1));
     }
 
     #[test]

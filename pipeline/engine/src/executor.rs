@@ -357,6 +357,7 @@ pub fn run(dag: &Dag, store: &Store, cfg: &RunConfig) -> Result<RunReport, Engin
         if poll_due {
             last_poll = Instant::now();
         }
+        let mut progressed = false;
         if !stopped {
             for i in 0..n {
                 let waiting = matches!(state[i], State::Waiting { .. });
@@ -383,6 +384,7 @@ pub fn run(dag: &Dag, store: &Store, cfg: &RunConfig) -> Result<RunReport, Engin
                         )?;
                         reports[i] = Some(report(i, Some(key), Outcome::ComputedElsewhere));
                         state[i] = State::Finished;
+                        progressed = true;
                         ui.finished(i, &dag.node(i).id, Outcome::ComputedElsewhere, None, None);
                         continue;
                     }
@@ -432,6 +434,7 @@ pub fn run(dag: &Dag, store: &Store, cfg: &RunConfig) -> Result<RunReport, Engin
                         )?;
                         reports[i] = Some(report(i, Some(key), Outcome::ComputedElsewhere));
                         state[i] = State::Finished;
+                        progressed = true;
                         ui.finished(i, &dag.node(i).id, Outcome::ComputedElsewhere, None, None);
                         continue;
                     }
@@ -485,6 +488,10 @@ pub fn run(dag: &Dag, store: &Store, cfg: &RunConfig) -> Result<RunReport, Engin
             }
         }
 
+        if progressed {
+            // Nodes finished without running (computed elsewhere): resolve their dependents.
+            continue;
+        }
         let waiting_any = state.iter().any(|s| matches!(s, State::Waiting { .. }));
         let ready_any = state.iter().any(|s| matches!(s, State::Ready { .. }));
         if running == 0 && (stopped || (!waiting_any && !ready_any)) {

@@ -511,9 +511,11 @@ fn read_csv(display: &str, bytes: &[u8], label_column: &str, header: HeaderMode)
         "first" => 0,
         other => match other.parse::<usize>() {
             Ok(i) if i < ncols => i,
-            Ok(i) => return Err(StageError::input(format!(
+            Ok(i) => {
+                return Err(StageError::input(format!(
                 "`label_column: {i}` is out of range: `{display}` has {ncols} columns (0-based)"
-            ))),
+            )))
+            }
             Err(_) => {
                 if !has_header {
                     return Err(StageError::input(format!(

@@ -1,0 +1,289 @@
+//! Bad input: a clear message naming the file/field and the fix, exit code 2, and the store
+//! left exactly as it was.
+
+use crate::util::*;
+
+/// Populate the store with a good run, then run `args` against `spec_text` and check the
+/// message, the exit code and that the store is unchanged.
+fn rejects(
+    spec_text: Option<&str>,
+    extra_files: &[(&str, &[u8])],
+    args: &[&str],
+    needles: &[&str],
+) {
+    let env = Env::new();
+    env.run_ok(&[]);
+    let before = env.snapshot();
+    if let Some(t) = spec_text {
+        env.write("bad.yaml", t);
+    }
+    for (name, bytes) in extra_files {
+        std::fs::write(env.path(name), bytes).unwrap();
+    }
+    let spec = if spec_text.is_some() {
+        env.path("bad.yaml").display().to_string()
+    } else {
+        env.spec()
+    };
+    let mut full: Vec<&str> = vec!["run", &spec, "--progress", "none"];
+    full.extend_from_slice(args);
+    let r = env.upcc(&full);
+    assert_eq!(r.code, 2, "expected exit 2 (bad input): {r:?}");
+    for n in needles {
+        assert!(r.stderr.contains(n), "stderr lacks `{n}`: {r:?}");
+    }
+    assert_eq!(env.snapshot(), before, "the store changed: {r:?}");
+    let tmp = std::fs::read_dir(env.store().join("tmp")).unwrap().count();
+    assert_eq!(tmp, 0, "temporary files left behind");
+}
+
+fn tiny_with(from: &str, to: &str) -> String {
+    assert!(TINY_SPEC.contains(from), "fixture lacks `{from}`");
+    TINY_SPEC.replacen(from, to, 1)
+}
+
+#[test]
+fn yaml_syntax_error_points_at_the_line() {
+    rejects(
+        Some(&tiny_with("trials: [1, 2]", "trials: [1, 2")),
+        &[],
+        &[],
+        &["bad.yaml:", "error:"],
+    );
+}
+
+#[test]
+fn unknown_top_level_key_suggests_the_nearest() {
+    let line = format!("bad.yaml:{}", line_of(TINY_SPEC, "datasets:"));
+    rejects(
+        Some(&tiny_with("datasets:", "datsets:")),
+        &[],
+        &[],
+        &["unknown field `datsets`", "did you mean `datasets`?", &line],
+    );
+}
+
+#[test]
+fn unknown_parameter_suggests_the_nearest() {
+    let line = format!("bad.yaml:{}", line_of(TINY_SPEC, "corruption: 0.3"));
+    rejects(
+        Some(&tiny_with("corruption: 0.3", "corruptoin: 0.3")),
+        &[],
+        &[],
+        &[
+            "unknown field `corruptoin`",
+            "did you mean `corruption`?",
+            &line,
+        ],
+    );
+}
+
+#[test]
+fn unknown_method_in_a_grid_names_line_and_candidates() {
+    let line = format!("bad.yaml:{}", line_of(TINY_SPEC, "method: [probpair,"));
+    rejects(
+        Some(&tiny_with("method: [probpair,", "method: [probpar,")),
+        &[],
+        &[],
+        &[
+            "unknown method `probpar`",
+            "did you mean `probpair`?",
+            &line,
+        ],
+    );
+}
+
+#[test]
+fn unknown_dataset_in_a_grid() {
+    rejects(
+        Some(&tiny_with("dataset: [blobs]", "dataset: [blob]")),
+        &[],
+        &[],
+        &["unknown dataset `blob`", "did you mean `blobs`?"],
+    );
+}
+
+#[test]
+fn wrong_type_is_reported_with_its_location() {
+    rejects(
+        Some(&tiny_with("budget: 300", "budget: lots")),
+        &[],
+        &[],
+        &["invalid type", "bad.yaml:"],
+    );
+}
+
+#[test]
+fn unknown_scaling_variant() {
+    rejects(
+        Some(&tiny_with("scaling: standardize", "scaling: standardise")),
+        &[],
+        &[],
+        &["standardise", "standardize"],
+    );
+}
+
+#[test]
+fn missing_dataset_file_is_named() {
+    rejects(
+        Some(&tiny_with("data: blobs.csv", "data: nope.csv")),
+        &[],
+        &[],
+        &["file `nope.csv`", "not found"],
+    );
+}
+
+#[test]
+fn missing_spec_file() {
+    let env = Env::new();
+    let r = env.upcc(&["run", "does-not-exist.yaml"]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.stderr
+            .contains("spec file `does-not-exist.yaml` not found"),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn ragged_rows_name_the_line() {
+    let mut csv = blobs_csv(240);
+    csv.push_str("1,2,3\n");
+    rejects(
+        Some(&tiny_with("data: blobs.csv", "data: ragged.csv")),
+        &[("ragged.csv", csv.as_bytes())],
+        &[],
+        &["ragged.csv` line 241", "ragged rows"],
+    );
+}
+
+#[test]
+fn nan_values_name_line_and_column() {
+    let csv = blobs_csv(240)
+        .replacen("\n", "\nnan,", 1)
+        .replacen(",0.", ",", 0);
+    // Row 2 now starts with an extra `nan` field: fix the row to the right width.
+    let mut lines: Vec<String> = csv.lines().map(|l| l.to_string()).collect();
+    let fields: Vec<&str> = lines[1].split(',').collect();
+    lines[1] = fields[..fields.len() - 2]
+        .iter()
+        .chain([fields[fields.len() - 1]].iter())
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(",");
+    let text = lines.join("\n") + "\n";
+    rejects(
+        Some(&tiny_with("data: blobs.csv", "data: nan.csv")),
+        &[("nan.csv", text.as_bytes())],
+        &[],
+        &["nan.csv` line 2, column 1", "not finite"],
+    );
+}
+
+#[test]
+fn label_outside_the_declared_range() {
+    let spec = tiny_with("embedding_dim: 4", "embedding_dim: 4\n    n_classes: 3");
+    rejects(
+        Some(&spec),
+        &[],
+        &[],
+        &["label 3", "outside 0..3", "n_classes"],
+    );
+}
+
+#[test]
+fn constraint_values_outside_unit_interval() {
+    let spec = tiny_with(
+        "lv0.1: {kind: single, level: 0.1}",
+        "mine: {kind: file, path: cons.csv}",
+    )
+    .replace("supervision: [lv0.1]", "supervision: [mine]");
+    let cons = "a,b,y\n0,1,0.5\n2,3,1.5\n";
+    // Rows 0..3 must be training rows; the stratified split keeps most rows in train, but be
+    // safe: the message must be about the value whatever the split.
+    let r_needles = ["outside [0, 1]"];
+    let env = Env::new();
+    env.run_ok(&[]);
+    let before = env.snapshot();
+    env.write("bad.yaml", &spec);
+    std::fs::write(env.path("cons.csv"), cons).unwrap();
+    let bad = env.path("bad.yaml").display().to_string();
+    // Find two training rows for the good line and the bad line.
+    let r = env.upcc(&["run", &bad, "--progress", "none"]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.stderr.contains(r_needles[0])
+            || r.stderr
+                .contains("training constraints must use training instances"),
+        "{r:?}"
+    );
+    assert_eq!(env.snapshot(), before);
+}
+
+#[test]
+fn bad_selector_key_suggests_the_nearest() {
+    rejects(
+        None,
+        &[],
+        &["datset=blobs"],
+        &["unknown selector key `datset`", "did you mean `dataset`?"],
+    );
+}
+
+#[test]
+fn bad_selector_value_lists_the_values() {
+    rejects(
+        None,
+        &[],
+        &["method=nope"],
+        &["selector `method=nope` matches nothing", "probpair"],
+    );
+}
+
+#[test]
+fn malformed_override() {
+    rejects(
+        None,
+        &[],
+        &["--set", "constraints.corruption"],
+        &["`--set constraints.corruption` is not of the form key=value"],
+    );
+}
+
+#[test]
+fn out_of_range_override() {
+    rejects(
+        None,
+        &[],
+        &["--set", "constraints.corruption=1.5"],
+        &["must be in [0, 1]", "1.5"],
+    );
+}
+
+#[test]
+fn unknown_override_key_suggests_the_nearest() {
+    rejects(
+        None,
+        &[],
+        &["--set", "train.epoch=3"],
+        &["unknown field `epoch`", "did you mean `epochs`?"],
+    );
+}
+
+#[test]
+fn pickled_npy_is_refused_with_a_conversion_hint() {
+    let mut npy = b"\x93NUMPY\x01\x00".to_vec();
+    let header = "{'descr': '|O', 'fortran_order': False, 'shape': (), }          \n";
+    npy.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    npy.extend_from_slice(header.as_bytes());
+    let spec = tiny_with(
+        "format: csv\n    files: {data: blobs.csv}",
+        "format: npy\n    files: {x: x.npy, y: x.npy}",
+    );
+    rejects(
+        Some(&spec),
+        &[("x.npy", &npy)],
+        &[],
+        &["pickled Python objects", "np.save"],
+    );
+}

@@ -1,0 +1,12 @@
+//! End-to-end tests of the `upcc` command line. One binary, one module per area; every
+//! test gets a fresh temporary directory and store.
+
+mod atomicity;
+mod bad_input;
+mod cache;
+mod concurrency;
+mod corruption;
+mod determinism;
+mod interop;
+mod numerics;
+mod util;
