@@ -64,6 +64,8 @@ struct Builder<'a> {
 }
 
 impl Builder<'_> {
+    // One argument per field of `NodeDef`; a struct literal at every call site reads worse.
+    #[allow(clippy::too_many_arguments)]
     fn add(
         &mut self,
         id: String,

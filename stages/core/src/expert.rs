@@ -119,11 +119,7 @@ impl ExpertProbs {
             .max()
             .map(|m| m as usize + 1)
             .unwrap_or(0);
-        let rows = if n_experts == 0 {
-            0
-        } else {
-            experts.len() / n_experts
-        };
+        let rows = experts.len().checked_div(n_experts).unwrap_or(0);
         Ok(ExpertProbs {
             n_experts,
             n_classes,

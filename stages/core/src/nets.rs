@@ -119,9 +119,8 @@ pub fn predict_proba(mlp: &Mlp, params: &P, x: &[f32], dim: usize) -> Vec<f32> {
 
 /// Learning rate of step decay: lr · decay^⌊epoch/step⌋.
 pub fn step_lr(lr: f64, decay: f64, step: usize, epoch: usize) -> f64 {
-    if step == 0 {
-        lr
-    } else {
-        lr * decay.powi((epoch / step) as i32)
+    match epoch.checked_div(step) {
+        Some(k) => lr * decay.powi(k as i32),
+        None => lr,
     }
 }

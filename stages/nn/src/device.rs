@@ -50,7 +50,7 @@ pub trait Device<T: Real>: Clone + Send + Sync + 'static {
     /// `cpu`, `cuda:0`, ... (part of a node's numerics class).
     fn name(&self) -> String;
     fn zeros(&self, len: usize) -> Self::Buf;
-    fn from_slice(&self, data: &[T]) -> Self::Buf;
+    fn upload(&self, data: &[T]) -> Self::Buf;
     fn to_vec(&self, buf: &Self::Buf) -> Vec<T>;
     fn len(&self, buf: &Self::Buf) -> usize;
     fn fill(&self, buf: &mut Self::Buf, value: T);
@@ -391,7 +391,7 @@ impl<T: Real> Device<T> for Cpu {
     fn zeros(&self, len: usize) -> Vec<T> {
         vec![T::ZERO; len]
     }
-    fn from_slice(&self, data: &[T]) -> Vec<T> {
+    fn upload(&self, data: &[T]) -> Vec<T> {
         data.to_vec()
     }
     fn to_vec(&self, buf: &Vec<T>) -> Vec<T> {

@@ -581,6 +581,6 @@ impl<T: Real, D: Device<T>> Graph<T, D> {
 
 fn add_scalar_grad<T: Real, D: Device<T>>(params: &mut Params<T, D>, id: ParamId, g: f64) {
     let dev = params.device().clone();
-    let src = dev.from_slice(&[T::from_f64(g)]);
+    let src = dev.upload(&[T::from_f64(g)]);
     dev.axpy(T::ONE, &src, params.grad_mut(id));
 }

@@ -117,7 +117,7 @@ impl<T: Real, D: Device<T>> Params<T, D> {
             name: name.to_string(),
             rows,
             cols,
-            value: self.dev.from_slice(data),
+            value: self.dev.upload(data),
             grad: self.dev.zeros(rows * cols),
             grad_live: true,
             group,
@@ -228,7 +228,7 @@ impl<T: Real, D: Device<T>> Params<T, D> {
     pub fn set_host(&mut self, id: ParamId, data: &[T]) {
         let e = &mut self.entries[id.0];
         assert_eq!(data.len(), e.rows * e.cols);
-        e.value = self.dev.from_slice(data);
+        e.value = self.dev.upload(data);
     }
 
     /// Start a new step: every gradient becomes stale (zeroed lazily).
@@ -347,7 +347,7 @@ impl<T: Real, D: Device<T>> Params<T, D> {
                     })
                 }
             };
-            self.entries[i].value = self.dev.from_slice(&data);
+            self.entries[i].value = self.dev.upload(&data);
             loaded += 1;
         }
         Ok(loaded)

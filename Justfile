@@ -1,0 +1,65 @@
+# upcc recipes. `just --list` shows them. Everything runs through the `upcc` binary in the
+# release profile (tests too: one optimised build of the dependencies serves both).
+
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+spec := "experiments/smoke.yaml"
+
+# The embedded default: the smoke table on the vendored MNIST sample (a few minutes on 2 cores).
+demo:
+    cargo run --release -- run {{spec}}
+
+# The test suite (the same command as the README and .ci/run).
+test:
+    cargo test --release --workspace
+
+# What CI runs: formatting, lints, tests.
+ci:
+    bash .ci/run
+
+# Which nodes of a spec are fresh, stale (and why) or missing: `just status`, `just status experiments/smoke.yaml method=probpair`.
+status spec=spec *selectors:
+    cargo run --release -- status {{spec}} {{selectors}}
+
+# Run one cell (or slice) of a spec's targets: `just cell experiments/smoke.yaml method=probpair pretrain=false trial=1`.
+cell spec *selectors:
+    cargo run --release -- run {{spec}} {{selectors}}
+
+# Run every target of a spec and print its tables.
+run spec=spec *args:
+    cargo run --release -- run {{spec}} {{args}}
+
+# Explain one node: `just explain experiments/smoke.yaml train/mnist5k/lv0.01/probpair/pre/t1`.
+explain spec node:
+    cargo run --release -- explain {{spec}} {{node}}
+
+# Re-hash the store; quarantine corrupt objects.
+verify:
+    cargo run --release -- verify
+
+# Delete what the given specs' targets do not reach (default: the smoke spec).
+gc *specs=spec:
+    cargo run --release -- gc {{specs}}
+
+# Benchmarks: one training step of the paper's autoencoder in upcc and in PyTorch (same
+# 2 threads; PyTorch goes into a throwaway venv, $UPCC_BENCH_VENV), then a whole smoke run.
+bench:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    echo "== one training step, 784-500-500-2000-10 autoencoder + mirror decoder, Adam, 2 threads (median of 30)"
+    THREADS=2 cargo run --quiet --release -p upcc-nn --example ae_step -- 256 1024
+    venv="${UPCC_BENCH_VENV:-/var/tmp/upcc-bench-venv}"
+    if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
+        echo "(installing PyTorch into $venv; several GB from PyPI)"
+        python3 -m venv "$venv"
+        "$venv/bin/pip" install -q torch
+    fi
+    "$venv/bin/python" stages/nn/benches/torch_step.py 256 1024
+    echo "== whole smoke run ({{spec}}, fresh store, $(nproc) threads)"
+    cargo build --quiet --release
+    store="$(mktemp -d)"
+    start=$(date +%s.%N)
+    cargo run --quiet --release -- --store "$store" run {{spec}} --progress none > /dev/null
+    end=$(date +%s.%N)
+    echo "{\"bench\":\"smoke run\",\"wall_s\":$(echo "$end - $start" | bc)}"
+    rm -rf "$store"
