@@ -52,7 +52,7 @@ bench:
     if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
         echo "(installing PyTorch into $venv; several GB from PyPI)"
         python3 -m venv "$venv"
-        "$venv/bin/pip" install -q torch
+        "$venv/bin/pip" install -q torch numpy
     fi
     "$venv/bin/python" stages/nn/benches/torch_step.py 256 1024
     echo "== whole smoke run ({{spec}}, fresh store, $(nproc) threads)"

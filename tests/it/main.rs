@@ -7,6 +7,7 @@ mod cache;
 mod concurrency;
 mod corruption;
 mod determinism;
+mod gc;
 mod interop;
 mod numerics;
 mod util;
