@@ -410,17 +410,6 @@ pub fn explain(args: &ExplainArgs, store_flag: &Option<PathBuf>, verbose: u8) ->
             upcc_engine::InputDef::Source(s) => json!({"name": name, "source": s.display()}),
         })
         .collect();
-    let material = upcc_engine::key::KeyMaterial {
-        key_schema: upcc_engine::KEY_SCHEMA_VERSION,
-        stage: node.stage.clone(),
-        stage_version: node.stage_version,
-        params: node.params.clone(),
-        inputs: manifest
-            .as_ref()
-            .map(|m| m.material.inputs.clone())
-            .unwrap_or_default(),
-        numerics: node.numerics.clone(),
-    };
     if args.json {
         println!(
             "{}",
@@ -533,15 +522,21 @@ pub fn explain(args: &ExplainArgs, store_flag: &Option<PathBuf>, verbose: u8) ->
         }
     }
     if verbose >= 1 {
-        let m = manifest
-            .as_ref()
-            .map(|m| m.material.clone())
-            .unwrap_or(material);
-        let _ = writeln!(
-            o,
-            "key material (canonical JSON hashed for the key):\n{}",
-            m.canonical_json().unwrap_or_default()
-        );
+        match &e.material {
+            Some(m) => {
+                let _ = writeln!(
+                    o,
+                    "key material (canonical JSON hashed for the key):\n{}",
+                    m.canonical_json().unwrap_or_default()
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    o,
+                    "key material: not known until the upstream nodes have run"
+                );
+            }
+        }
     }
     Ok(0)
 }

@@ -460,15 +460,6 @@ pub fn run(dag: &Dag, store: &Store, cfg: &RunConfig) -> Result<RunReport, Engin
                                 .map(|b| (name.clone(), b.clone()))
                         })
                         .collect(),
-                    upstream_of_input: dag
-                        .node(i)
-                        .inputs
-                        .iter()
-                        .filter_map(|(name, inp)| match inp {
-                            InputDef::Node { node, .. } => Some((name.clone(), node.0)),
-                            InputDef::Source(_) => None,
-                        })
-                        .collect(),
                     threads,
                     store: store.clone(),
                     cfg: cfg.clone(),
@@ -658,7 +649,6 @@ struct Job {
     material: KeyMaterial,
     key: Digest<NodeKeyTag>,
     sources: BTreeMap<String, Arc<Vec<u8>>>,
-    upstream_of_input: BTreeMap<String, usize>,
     threads: usize,
     store: Store,
     cfg: RunConfig,
@@ -680,7 +670,6 @@ impl Job {
                     inputs.insert(name.clone(), Arc::new(bytes));
                 }
                 Err(e @ (StoreError::Corrupt { .. } | StoreError::MissingObject(_))) => {
-                    let _ = self.upstream_of_input.get(name);
                     return WorkerResult::CorruptInput {
                         input: name.clone(),
                         digest,

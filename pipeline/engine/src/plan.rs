@@ -31,6 +31,9 @@ pub struct PlanEntry {
     pub status: NodeStatus,
     /// Known when all inputs are known.
     pub key: Option<Digest<NodeKeyTag>>,
+    /// What the key is computed from (when all inputs are known).
+    #[serde(skip)]
+    pub material: Option<KeyMaterial>,
     /// Why it is stale: changed params, inputs, versions; or the upstream that will rerun.
     pub reasons: Vec<String>,
     pub labels: BTreeMap<String, String>,
@@ -117,69 +120,46 @@ pub fn plan(dag: &Dag, store: &Store, spec: &str) -> Result<Vec<PlanEntry>, Engi
         let node = dag.node(i);
         let previous = store.read_ref(spec, &node.id)?;
         let material = material_for(dag, i, &resolved, &mut sources)?;
-        let entry = match material {
-            Some(material) => {
-                let key = material.digest()?;
+        let key = material.as_ref().map(|m| m.digest()).transpose()?;
+        let (status, reasons) = match (&material, key) {
+            (Some(material), Some(key)) => {
                 if let Some(m) = store.fresh_manifest(&key)? {
                     resolved[i] = Some(m.outputs);
-                    PlanEntry {
-                        id: node.id.clone(),
-                        stage: node.stage.clone(),
-                        status: NodeStatus::Fresh,
-                        key: Some(key),
-                        reasons: vec![],
-                        labels: node.labels.clone(),
-                    }
-                } else if let Some(prev) = previous {
-                    let mut reasons: Vec<String> = diff(&prev.material, &material)
+                    (NodeStatus::Fresh, vec![])
+                } else if let Some(prev) = &previous {
+                    let mut reasons: Vec<String> = diff(&prev.material, material)
                         .iter()
                         .map(|c| c.to_string())
                         .collect();
                     if reasons.is_empty() {
                         reasons.push("its stored result is missing or incomplete (deleted, quarantined or never finished)".into());
                     }
-                    PlanEntry {
-                        id: node.id.clone(),
-                        stage: node.stage.clone(),
-                        status: NodeStatus::Stale,
-                        key: Some(key),
-                        reasons,
-                        labels: node.labels.clone(),
-                    }
+                    (NodeStatus::Stale, reasons)
                 } else {
-                    PlanEntry {
-                        id: node.id.clone(),
-                        stage: node.stage.clone(),
-                        status: NodeStatus::Missing,
-                        key: Some(key),
-                        reasons: vec![],
-                        labels: node.labels.clone(),
-                    }
+                    (NodeStatus::Missing, vec![])
                 }
             }
-            None => {
-                let waiting: Vec<String> = dag
+            _ if previous.is_some() => {
+                // Computed before, but an input will change first.
+                let waiting = dag
                     .upstream(i)
                     .into_iter()
                     .filter(|&u| resolved[u].is_none())
                     .map(|u| format!("upstream `{}` will run first", dag.node(u).id))
                     .collect();
-                let status = if previous.is_some() {
-                    NodeStatus::Stale
-                } else {
-                    NodeStatus::Missing
-                };
-                PlanEntry {
-                    id: node.id.clone(),
-                    stage: node.stage.clone(),
-                    status,
-                    key: None,
-                    reasons: waiting,
-                    labels: node.labels.clone(),
-                }
+                (NodeStatus::Stale, waiting)
             }
+            _ => (NodeStatus::Missing, vec![]),
         };
-        out.push(entry);
+        out.push(PlanEntry {
+            id: node.id.clone(),
+            stage: node.stage.clone(),
+            status,
+            key,
+            material,
+            reasons,
+            labels: node.labels.clone(),
+        });
     }
     Ok(out)
 }

@@ -193,6 +193,13 @@ fn param_change_reruns_only_downstream_and_status_says_why() {
     );
     assert_eq!(planned[1].reasons, ["param `y` changed 1 → 2"]);
     assert_eq!(planned[3].reasons, ["upstream `b` will run first"]);
+    // A node never computed has no reasons, only a status.
+    let fresh_store = Store::open_or_create(&f._dir.path().join("other"), false).unwrap();
+    let other = plan(&dag, &fresh_store, "test").unwrap();
+    assert!(other
+        .iter()
+        .all(|e| e.status == NodeStatus::Missing && e.reasons.is_empty()));
+    assert!(other[0].material.is_some() && other[1].material.is_none());
     let r = run(&dag, &f.store, &cfg(false)).unwrap();
     let executed: Vec<_> = r
         .nodes

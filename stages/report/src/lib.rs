@@ -437,7 +437,6 @@ pub fn render(
     }
 
     // LaTeX in the paper's style.
-    let ncols = row_axes.len() + 1 + cols.len();
     let mut tex = String::new();
     tex.push_str("\\begin{table}[h]\n\\centering\n");
     tex.push_str(&format!(
@@ -456,7 +455,6 @@ pub fn render(
         tex.push('\n');
     }
     tex.push_str("\\bottomrule\n\\end{tabular}\n\\end{table}\n");
-    let _ = ncols;
 
     // CSV and Parquet (long, every cell including missing ones).
     let mut csv = String::new();
