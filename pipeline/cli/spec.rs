@@ -451,6 +451,15 @@ struct Problems<'a> {
 }
 
 impl Problems<'_> {
+    /// A serde error of a section deserialised from a YAML value (no location of its own):
+    /// locate the offending name in the file instead.
+    fn add_serde(&mut self, section: &str, e: &serde_yaml_ng::Error) {
+        let text = e.to_string();
+        let (m, h) = explain_serde(&text);
+        let token = text.split('`').nth(1).unwrap_or(section).to_string();
+        self.add(&token, format!("`{section}`: {m}"), h);
+    }
+
     fn add(&mut self, token: &str, message: String, hint: Option<String>) {
         self.list.push((locate(self.text, token), message, hint));
     }
@@ -715,20 +724,7 @@ fn validate(src: SpecSource, file: SpecFile) -> Result<Spec> {
         }
         match serde_yaml_ng::from_value::<PretrainSettings>(v) {
             Ok(s) => pretrain.settings = s,
-            Err(e) => {
-                let (m, h) = explain_serde(&e.to_string());
-                let token = e
-                    .to_string()
-                    .split('`')
-                    .nth(1)
-                    .unwrap_or("pretrain")
-                    .to_string();
-                p.add(
-                    &token,
-                    format!("`params.pretrain`: {m}"),
-                    h.map(|h| h.replace("valid:", "valid (also `seed`, `per_trial`):")),
-                );
-            }
+            Err(e) => p.add_serde("params.pretrain", &e),
         }
     }
     let base_train = file
@@ -739,14 +735,7 @@ fn validate(src: SpecSource, file: SpecFile) -> Result<Spec> {
     let base_ok = match serde_yaml_ng::from_value::<TrainSettings>(base_train.clone()) {
         Ok(_) => true,
         Err(e) => {
-            let (m, h) = explain_serde(&e.to_string());
-            let token = e
-                .to_string()
-                .split('`')
-                .nth(1)
-                .unwrap_or("train")
-                .to_string();
-            p.add(&token, format!("`params.train`: {m}"), h);
+            p.add_serde("params.train", &e);
             false
         }
     };
@@ -777,11 +766,7 @@ fn validate(src: SpecSource, file: SpecFile) -> Result<Spec> {
             }
             // A problem of `params.train` itself is reported once, above.
             Err(_) if !base_ok => {}
-            Err(e) => {
-                let (msg, h) = explain_serde(&e.to_string());
-                let token = e.to_string().split('`').nth(1).unwrap_or(name).to_string();
-                p.add(&token, format!("`methods.{name}.train`: {msg}"), h);
-            }
+            Err(e) => p.add_serde(&format!("methods.{name}.train"), &e),
         }
     }
     // Parameter ranges that a spec can get wrong.

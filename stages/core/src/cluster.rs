@@ -300,13 +300,7 @@ impl Assignments {
     pub fn to_parquet(&self) -> Result<Vec<u8>> {
         TableBuilder::new()
             .u32("id", self.ids.clone())
-            .str(
-                "split",
-                self.is_test
-                    .iter()
-                    .map(|&t| if t { "test" } else { "train" }.to_string())
-                    .collect(),
-            )
+            .split("split", &self.is_test)
             .u32("label", self.label.clone())
             .u32("cluster", self.cluster.clone())
             .to_parquet()
@@ -316,7 +310,7 @@ impl Assignments {
         let t = Table::from_parquet(bytes, "assignments table")?;
         Ok(Assignments {
             ids: t.u32("id")?,
-            is_test: t.str("split")?.iter().map(|s| s == "test").collect(),
+            is_test: t.is_test("split")?,
             label: t.u32("label")?,
             cluster: t.u32("cluster")?,
         })

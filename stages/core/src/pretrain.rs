@@ -8,7 +8,7 @@
 //! ReLUs between) is fine-tuned end to end on masked inputs, decoding from the normalised code.
 
 use serde::{Deserialize, Serialize};
-use upcc_nn::{masking_noise, Act, Linear, Sgd, Stream, WeightInit};
+use upcc_nn::{masking_noise, Act, Linear, Sgd, Stream, Var, WeightInit};
 
 use crate::error::{Monitor, Result, StageError};
 use crate::features::Features;
@@ -74,6 +74,76 @@ pub struct CurvePoint {
     pub layer: u32,
     pub epoch: u32,
     pub loss: f64,
+}
+
+/// Which part of the protocol a loop trains (for the curve, the messages and the streams).
+struct Phase {
+    name: &'static str,
+    layer: u32,
+    label: String,
+}
+
+/// SGD with momentum and step decay on masked inputs of `data` (rows × dim), reconstructing
+/// the clean input with 0.5·mean squared error. `reconstruct` maps the noisy batch to its
+/// reconstruction (it may draw dropout masks from the stream it is given).
+#[allow(clippy::too_many_arguments)]
+fn denoising_epochs(
+    s: &PretrainSettings,
+    seed: u64,
+    phase: &Phase,
+    epochs: usize,
+    data: &[f32],
+    dim: usize,
+    p: &mut P,
+    curve: &mut Vec<CurvePoint>,
+    reconstruct: &mut dyn FnMut(&mut G, &P, Var, &mut Stream) -> Var,
+    on_epoch: &mut dyn FnMut(u64, f64),
+) -> Result<()> {
+    let rows = data.len() / dim;
+    let mut opt = Sgd::new(p, s.lr, s.momentum);
+    let mut g = G::new(Dev::default());
+    let mut batch_rng = Stream::new(seed, &["pretrain", "batches", &phase.label]);
+    let mut noise_rng = Stream::new(seed, &["pretrain", "noise", &phase.label]);
+    let mut xb: Vec<f32> = Vec::with_capacity(s.batch_size * dim);
+    for epoch in 0..epochs {
+        opt.lr = step_lr(s.lr, s.lr_decay, s.lr_step, epoch);
+        let order = batch_rng.permutation(rows);
+        let (mut sum, mut count) = (0.0, 0usize);
+        for batch in order.chunks(s.batch_size) {
+            xb.clear();
+            for &i in batch {
+                xb.extend_from_slice(&data[i as usize * dim..(i as usize + 1) * dim]);
+            }
+            g.reset();
+            p.zero_grads();
+            let xi = g.input(&xb, batch.len(), dim);
+            let noisy = g.mask(
+                xi,
+                &masking_noise::<f32>(xb.len(), s.corruption, &mut noise_rng),
+            );
+            let recon = reconstruct(&mut g, p, noisy, &mut noise_rng);
+            let loss = g.sq_error(recon, &xb, 0.5 / xb.len() as f64);
+            sum += g.scalar(loss) * batch.len() as f64;
+            count += batch.len();
+            g.backward(loss, p);
+            opt.step(p);
+        }
+        let mean = sum / count.max(1) as f64;
+        if !mean.is_finite() {
+            return Err(StageError::failed(format!(
+                "pretrain ({} {}): loss diverged at epoch {epoch}",
+                phase.name, phase.layer
+            )));
+        }
+        curve.push(CurvePoint {
+            phase: phase.name.into(),
+            layer: phase.layer,
+            epoch: epoch as u32,
+            loss: mean,
+        });
+        on_epoch(epoch as u64 + 1, mean);
+    }
+    Ok(())
 }
 
 /// Result: the autoencoder weights (safetensors) and the loss curve (Parquet).
@@ -169,74 +239,43 @@ pub fn run(
             0,
             &mut rng,
         );
-        let mut opt = Sgd::new(&p, params.lr, params.momentum);
-        let mut g = G::new(Dev::default());
         let rows = input.len() / in_dim;
-        let mut batch_rng = Stream::new(seed, &["pretrain", "dae-batches", &label]);
-        let mut noise_rng = Stream::new(seed, &["pretrain", "dae-noise", &label]);
-        for epoch in 0..params.layerwise_epochs {
-            opt.lr = step_lr(params.lr, params.lr_decay, params.lr_step, epoch);
-            let order = batch_rng.permutation(rows);
-            let (mut sum, mut count) = (0.0, 0usize);
-            for batch in order.chunks(params.batch_size) {
-                let xb: Vec<f32> = batch
-                    .iter()
-                    .flat_map(|&i| {
-                        input[i as usize * in_dim..(i as usize + 1) * in_dim]
-                            .iter()
-                            .copied()
-                    })
-                    .collect();
-                g.reset();
-                p.zero_grads();
-                let xi = g.input(&xb, batch.len(), in_dim);
-                let noisy = g.mask(
-                    xi,
-                    &masking_noise::<f32>(xb.len(), params.corruption, &mut noise_rng),
-                );
-                let mut h = enc.forward(
-                    &mut g,
-                    &p,
-                    noisy,
-                    if last { Act::Identity } else { Act::Relu },
-                );
+        let phase = Phase {
+            name: "layerwise",
+            layer: l as u32,
+            label: format!("dae-{l}"),
+        };
+        denoising_epochs(
+            params,
+            seed,
+            &phase,
+            params.layerwise_epochs,
+            &input,
+            in_dim,
+            &mut p,
+            &mut curve,
+            &mut |g, p, noisy, rng| {
+                let mut h = enc.forward(g, p, noisy, if last { Act::Identity } else { Act::Relu });
                 if last {
                     if params.normalize_code {
                         h = g.l2_normalize(h, 1e-12);
                     }
                 } else if params.dropout > 0.0 {
                     let (r, c) = g.shape(h);
-                    h = g.mask(
-                        h,
-                        &upcc_nn::dropout_mask::<f32>(r * c, params.dropout, &mut noise_rng),
-                    );
+                    h = g.mask(h, &upcc_nn::dropout_mask::<f32>(r * c, params.dropout, rng));
                 }
-                let recon = dec.forward(&mut g, &p, h, Act::Identity);
-                let loss = g.sq_error(recon, &xb, 0.5 / xb.len() as f64);
-                sum += g.scalar(loss) * batch.len() as f64;
-                count += batch.len();
-                g.backward(loss, &mut p);
-                opt.step(&mut p);
-            }
-            done += 1;
-            let mean = sum / count.max(1) as f64;
-            if !mean.is_finite() {
-                return Err(StageError::failed(format!(
-                    "pretrain layer {l}: loss diverged at epoch {epoch}"
-                )));
-            }
-            curve.push(CurvePoint {
-                phase: "layerwise".into(),
-                layer: l as u32,
-                epoch: epoch as u32,
-                loss: mean,
-            });
-            monitor.progress(
-                done,
-                total_epochs,
-                &format!("layer {} epoch {} loss {mean:.5}", l + 1, epoch + 1),
-            );
-        }
+                dec.forward(g, p, h, Act::Identity)
+            },
+            &mut |done_here, mean| {
+                monitor.progress(
+                    done + done_here,
+                    total_epochs,
+                    &format!("layer {} epoch {done_here} loss {mean:.5}", l + 1),
+                );
+            },
+        )?;
+        done += params.layerwise_epochs as u64;
+        let mut g = G::new(Dev::default());
         // Copy into the full autoencoder: encoder layer l, decoder layer (n_layers-1-l).
         let dec_l = n_layers - 1 - l;
         full.set_host(ae.encoder.layers[l].weight, &p.to_host(enc.weight));
@@ -265,64 +304,38 @@ pub fn run(
     }
 
     // End-to-end fine-tuning.
-    let mut opt = Sgd::new(&full, params.lr, params.momentum);
-    let mut g = G::new(Dev::default());
-    let mut batch_rng = Stream::new(seed, &["pretrain", "finetune-batches"]);
-    let mut noise_rng = Stream::new(seed, &["pretrain", "finetune-noise"]);
-    let rows = train.len();
     let d = features.dim;
-    for epoch in 0..params.finetune_epochs {
-        opt.lr = step_lr(params.lr, params.lr_decay, params.lr_step, epoch);
-        let order = batch_rng.permutation(rows);
-        let (mut sum, mut count) = (0.0, 0usize);
-        for batch in order.chunks(params.batch_size) {
-            let xb: Vec<f32> = batch
-                .iter()
-                .flat_map(|&i| {
-                    x_train[i as usize * d..(i as usize + 1) * d]
-                        .iter()
-                        .copied()
-                })
-                .collect();
-            g.reset();
-            full.zero_grads();
-            let xi = g.input(&xb, batch.len(), d);
-            let noisy = g.mask(
-                xi,
-                &masking_noise::<f32>(xb.len(), params.corruption, &mut noise_rng),
-            );
-            let z = ae.encoder.forward(&mut g, &full, noisy, None);
+    let phase = Phase {
+        name: "finetune",
+        layer: n_layers as u32,
+        label: "finetune".into(),
+    };
+    denoising_epochs(
+        params,
+        seed,
+        &phase,
+        params.finetune_epochs,
+        &x_train,
+        d,
+        &mut full,
+        &mut curve,
+        &mut |g, p, noisy, _| {
+            let z = ae.encoder.forward(g, p, noisy, None);
             let code = if params.normalize_code {
                 g.l2_normalize(z, 1e-12)
             } else {
                 z
             };
-            let recon = ae.decoder.forward(&mut g, &full, code, None);
-            let loss = g.sq_error(recon, &xb, 0.5 / xb.len() as f64);
-            sum += g.scalar(loss) * batch.len() as f64;
-            count += batch.len();
-            g.backward(loss, &mut full);
-            opt.step(&mut full);
-        }
-        done += 1;
-        let mean = sum / count.max(1) as f64;
-        if !mean.is_finite() {
-            return Err(StageError::failed(format!(
-                "pretrain fine-tuning: loss diverged at epoch {epoch}"
-            )));
-        }
-        curve.push(CurvePoint {
-            phase: "finetune".into(),
-            layer: n_layers as u32,
-            epoch: epoch as u32,
-            loss: mean,
-        });
-        monitor.progress(
-            done,
-            total_epochs,
-            &format!("fine-tune epoch {} loss {mean:.5}", epoch + 1),
-        );
-    }
+            ae.decoder.forward(g, p, code, None)
+        },
+        &mut |done_here, mean| {
+            monitor.progress(
+                done + done_here,
+                total_epochs,
+                &format!("fine-tune epoch {done_here} loss {mean:.5}"),
+            );
+        },
+    )?;
     let train_mse_after = ae.reconstruction_mse(&full, &x_train, d);
     let test_mse_after = ae.reconstruction_mse(&full, &x_test, d);
     monitor.log(&format!("reconstruction MSE on train: {train_mse_before:.6} at init → {train_mse_after:.6}; test {test_mse_after:.6}"));

@@ -56,6 +56,16 @@ impl TableBuilder {
     pub fn str(self, name: &str, v: Vec<String>) -> Self {
         self.push(name, Arc::new(StringArray::from(v)), false)
     }
+    /// The train/test split column (`"train"` / `"test"`).
+    pub fn split(self, name: &str, is_test: &[bool]) -> Self {
+        self.str(
+            name,
+            is_test
+                .iter()
+                .map(|&t| if t { "test" } else { "train" }.to_string())
+                .collect(),
+        )
+    }
     pub fn f32_opt(self, name: &str, v: Vec<Option<f32>>) -> Self {
         let mut b = Float32Builder::with_capacity(v.len());
         for x in v {
@@ -237,6 +247,10 @@ impl Table {
                 .map(|s| s.unwrap_or_default().to_string())
                 .collect()
         })
+    }
+    /// A split column as `is_test` flags.
+    pub fn is_test(&self, name: &str) -> Result<Vec<bool>> {
+        Ok(self.str(name)?.iter().map(|s| s == "test").collect())
     }
     pub fn f32_opt(&self, name: &str) -> Result<Vec<Option<f32>>> {
         self.typed::<Float32Array, _>(name, "Float32", |a| a.iter().collect())

@@ -440,14 +440,7 @@ pub fn run(
 pub fn embeddings_to_parquet(features: &Features, emb: &[f32], dim: usize) -> Result<Vec<u8>> {
     TableBuilder::new()
         .u32("id", features.ids.clone())
-        .str(
-            "split",
-            features
-                .is_test
-                .iter()
-                .map(|&t| if t { "test" } else { "train" }.to_string())
-                .collect(),
-        )
+        .split("split", &features.is_test)
         .f32_rows("z", dim, emb.to_vec())
         .to_parquet()
 }

@@ -167,13 +167,7 @@ impl Features {
         TableBuilder::new()
             .u32("id", self.ids.clone())
             .u32("label", self.labels.clone())
-            .str(
-                "split",
-                self.is_test
-                    .iter()
-                    .map(|&t| if t { "test" } else { "train" }.to_string())
-                    .collect(),
-            )
+            .split("split", &self.is_test)
             .f32_rows("x", self.dim, self.x.clone())
             .meta("n_classes", self.n_classes)
             .meta("dim", self.dim)
@@ -195,7 +189,7 @@ impl Features {
                     .map(|m| m as usize + 1)
                     .unwrap_or(0)
             });
-        let is_test = t.str("split")?.iter().map(|s| s == "test").collect();
+        let is_test = t.is_test("split")?;
         Ok(Features {
             ids: t.u32("id")?,
             labels,
