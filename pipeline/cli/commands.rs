@@ -15,8 +15,9 @@ use crate::cli::{ExplainArgs, GcArgs, ProgressArg, RunArgs, SpecArgs};
 use crate::error::{CliError, Result};
 use crate::graph::{build, Built};
 use crate::select::{self, Selection};
+use crate::spec::TargetKind;
 use crate::spec::{self, Spec};
-use crate::tasks::cell_result;
+use crate::tasks::{cell_result, TableSource};
 
 /// The store named by `--store`, else `$UPCC_STORE`, else `artifacts/`.
 pub fn store_path(flag: &Option<PathBuf>) -> PathBuf {
@@ -117,7 +118,8 @@ fn run_id() -> String {
     format!("{t}-{}", std::process::id())
 }
 
-/// Render the tables of the targets touched by `restricted`, from whatever is fresh.
+/// What `run` shows for the targets it touched: tables rendered from whatever is fresh, and
+/// where figures are.
 fn render_views(
     loaded: &Loaded,
     store: &Store,
@@ -128,20 +130,54 @@ fn render_views(
     let mut out = Vec::new();
     for t in &loaded.built.targets {
         let involved =
-            touched.contains(&t.table) || t.cells.iter().any(|c| touched.contains(&c.metrics));
+            touched.contains(&t.node) || t.cells.iter().any(|c| touched.contains(&c.leaf));
         if !involved {
             continue;
         }
+        if t.kind == TargetKind::Figure {
+            let fresh = entries[t.node]
+                .key
+                .filter(|_| entries[t.node].status == NodeStatus::Fresh);
+            let text = match fresh
+                .map(|k| store.fresh_manifest(&k))
+                .transpose()?
+                .flatten()
+            {
+                Some(m) => format!(
+                    "### {}\n\nfigure: {} (PNG), {} (SVG)\n",
+                    t.layout.title,
+                    store.object_path(&m.outputs["png"].digest).display(),
+                    store.object_path(&m.outputs["svg"].digest).display()
+                ),
+                None => {
+                    let done = t
+                        .cells
+                        .iter()
+                        .filter(|c| entries[c.leaf].status == NodeStatus::Fresh)
+                        .count();
+                    format!("### {}\n\nfigure not drawn yet: {done} of {} cell trials have diagnostics\n", t.layout.title, t.cells.len())
+                }
+            };
+            out.push((t.name.clone(), text));
+            continue;
+        }
+        let source = if t.kind == TargetKind::Experts {
+            TableSource::Experts
+        } else {
+            TableSource::Metrics
+        };
         let mut results = Vec::new();
         for (cell, input) in t.cells.iter().zip(&t.inputs) {
-            let e = &entries[cell.metrics];
+            let e = &entries[cell.leaf];
             if e.status != NodeStatus::Fresh {
                 continue;
             }
             let key = e.key.expect("fresh nodes have keys");
             if let Some(m) = store.fresh_manifest(&key)? {
-                let bytes = store.read_object(&m.outputs["metrics"].digest)?;
-                results.push(cell_result(input, &bytes).map_err(|e| CliError::env(e.to_string()))?);
+                let bytes = store.read_object(&m.outputs[cell.output].digest)?;
+                results.push(
+                    cell_result(source, input, &bytes).map_err(|e| CliError::env(e.to_string()))?,
+                );
             }
         }
         let r = upcc_report::render(&t.layout, &results, loaded.spec.trials.len())

@@ -12,25 +12,29 @@ use upcc_engine::{
 };
 use upcc_report::TableLayout;
 use upcc_stages::features::{DataFormat, FeatureParams, Split, SplitKind};
-use upcc_stages::{cluster, constraints, expert, features, metrics, nets, pretrain, train};
+use upcc_stages::{cluster, constraints, eci, expert, features, metrics, nets, pretrain, train};
 
 use crate::error::{CliError, Result};
-use crate::spec::{axes_of, embedded, Spec, SupervisionSpec};
+use crate::spec::{axes_of, embedded, Spec, SupervisionSpec, TargetKind};
 use crate::tasks::*;
 
-/// A cell × trial of a target and its metrics node.
+/// A cell × trial of a target and the node whose output the target reads (metrics for
+/// tables, the expert node for expert tables, the training node for figures).
 #[derive(Clone, Debug)]
 pub struct CellTrial {
     pub coords: BTreeMap<String, String>,
     pub trial: u64,
-    pub metrics: usize,
+    pub leaf: usize,
+    pub output: &'static str,
 }
 
 /// A target as built: its table node and cells.
 #[derive(Clone, Debug)]
 pub struct TargetNodes {
     pub name: String,
-    pub table: usize,
+    pub kind: TargetKind,
+    /// The table or figure node.
+    pub node: usize,
     pub layout: TableLayout,
     pub cells: Vec<CellTrial>,
     pub inputs: Vec<TableInput>,
@@ -174,6 +178,56 @@ impl Builder<'_> {
     }
 }
 
+/// The expert node of (dataset, supervision, trial); `None` for user-supplied constraints.
+fn expert_node(
+    bd: &mut Builder,
+    feat: usize,
+    ds: &str,
+    sup: &str,
+    sspec: &SupervisionSpec,
+    seed: u64,
+) -> Result<Option<usize>> {
+    let setting = match sspec {
+        SupervisionSpec::Single { level } => expert::ExpertSetting::Single { level: *level },
+        SupervisionSpec::Multi {
+            experts,
+            familiar,
+            unfamiliar,
+        } => expert::ExpertSetting::Multi {
+            experts: *experts,
+            familiar: *familiar,
+            unfamiliar: *unfamiliar,
+        },
+        SupervisionSpec::File { .. } => return Ok(None),
+    };
+    let ep = expert::ExpertParams {
+        setting,
+        classifier: bd.spec.file.params.expert.clone(),
+        seed,
+    };
+    let labels = BTreeMap::from([
+        ("stage".to_string(), "expert".to_string()),
+        ("dataset".to_string(), ds.to_string()),
+        ("supervision".to_string(), sup.to_string()),
+        ("trial".to_string(), seed.to_string()),
+    ]);
+    let pj = params_json(&ep)?;
+    let resources = bd.all(1024);
+    bd.add(
+        format!("expert/{ds}/{sup}/t{seed}"),
+        "expert",
+        expert::VERSION,
+        pj,
+        nets::NUMERICS,
+        vec![Builder::node_input("features", feat, "features")],
+        &["probs", "experts"],
+        labels,
+        resources,
+        Arc::new(ExpertTask { params: ep }),
+    )
+    .map(Some)
+}
+
 /// Parse the ids of optional axes.
 fn cell_suffix(id_axes: &BTreeSet<&str>, corruption: f64, budget: usize) -> String {
     let mut s = String::new();
@@ -216,12 +270,28 @@ pub fn build(spec: &Spec, threads: usize) -> Result<Built> {
             .clone()
             .unwrap_or_else(|| vec![params.constraints.budget]);
         let mut cells = Vec::new();
-        let mut table_inputs = Vec::new();
         for ds in &g.dataset {
             let dspec = &spec.file.datasets[ds];
             let feat = bd.features(ds)?;
             for sup in &g.supervision {
                 let sspec = &spec.file.supervision[sup];
+                if target.kind == TargetKind::Experts {
+                    for &seed in &spec.trials {
+                        let coords = BTreeMap::from([
+                            ("dataset".to_string(), ds.clone()),
+                            ("supervision".to_string(), sup.clone()),
+                        ]);
+                        let ex = expert_node(&mut bd, feat, ds, sup, sspec, seed)?
+                            .expect("validated: experts targets have experts");
+                        cells.push(CellTrial {
+                            coords,
+                            trial: seed,
+                            leaf: ex,
+                            output: "experts",
+                        });
+                    }
+                    continue;
+                }
                 for &pi in &corruptions {
                     for &budget in &budgets {
                         for method in &g.method {
@@ -239,7 +309,7 @@ pub fn build(spec: &Spec, threads: usize) -> Result<Built> {
                                     if g.budget.is_some() {
                                         coords.insert("budget".into(), budget.to_string());
                                     }
-                                    let metrics = chain(
+                                    let (train_node, metrics) = chain(
                                         &mut bd,
                                         feat,
                                         ds,
@@ -252,16 +322,16 @@ pub fn build(spec: &Spec, threads: usize) -> Result<Built> {
                                         pre,
                                         seed,
                                     )?;
-                                    let input = format!("m{}", table_inputs.len());
-                                    table_inputs.push(TableInput {
-                                        input,
-                                        coords: coords.clone(),
-                                        trial: seed.to_string(),
-                                    });
+                                    let (leaf, output) = if target.kind == TargetKind::Figure {
+                                        (train_node, "diagnostics")
+                                    } else {
+                                        (metrics, "metrics")
+                                    };
                                     cells.push(CellTrial {
                                         coords,
                                         trial: seed,
-                                        metrics,
+                                        leaf,
+                                        output,
                                     });
                                 }
                             }
@@ -270,7 +340,7 @@ pub fn build(spec: &Spec, threads: usize) -> Result<Built> {
                 }
             }
         }
-        let axes: Vec<(String, Vec<String>)> = axes_of(g)
+        let axes: Vec<(String, Vec<String>)> = axes_of(target)
             .into_iter()
             .map(|a| {
                 let vals: Vec<String> = match a {
@@ -284,54 +354,100 @@ pub fn build(spec: &Spec, threads: usize) -> Result<Built> {
                 (a.to_string(), vals)
             })
             .collect();
+        let experts = target.kind == TargetKind::Experts;
         let layout = TableLayout {
             title: target.title.clone().unwrap_or_else(|| tname.clone()),
             axes,
-            columns: target.columns.clone(),
-            metrics: target.metrics.clone(),
-            splits: target.splits.clone(),
+            columns: target.columns(),
+            metrics: if experts { vec![upcc_report::Metric::Acc] } else { target.metrics.clone() },
+            splits: if experts { vec!["test".into()] } else { target.splits.clone() },
             settings: params.table.clone(),
+            highlight_best: !experts,
+            caption: experts.then(|| "Mean ± std over trials of the experts' test accuracy (%, ACC); multi-expert settings: the mean over their experts".to_string()),
         };
-        let inputs: Vec<(String, InputDef)> = table_inputs
+        let inputs: Vec<TableInput> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| TableInput {
+                input: format!("m{i}"),
+                coords: c.coords.clone(),
+                trial: c.trial.to_string(),
+            })
+            .collect();
+        let wiring: Vec<(String, InputDef)> = inputs
             .iter()
             .zip(&cells)
-            .map(|(ti, c)| Builder::node_input(&ti.input, c.metrics, "metrics"))
+            .map(|(ti, c)| Builder::node_input(&ti.input, c.leaf, c.output))
             .collect();
         let pj = json!({
+            "kind": format!("{:?}", target.kind).to_lowercase(),
             "layout": params_json(&layout)?,
             "trials": spec.trials.len(),
-            "inputs": table_inputs.iter().map(|t| json!({"input": t.input, "coords": t.coords, "trial": t.trial})).collect::<Vec<_>>(),
+            "inputs": inputs.iter().map(|t| json!({"input": t.input, "coords": t.coords, "trial": t.trial})).collect::<Vec<_>>(),
         });
         let labels = BTreeMap::from([
             ("stage".into(), "table".into()),
             ("target".into(), tname.clone()),
         ]);
-        let task = TableTask {
-            layout: layout.clone(),
-            inputs: table_inputs.clone(),
-            trials: spec.trials.len(),
+        let resources = Resources {
+            threads: 1,
+            memory_mb: 256,
         };
-        let table = bd.add(
-            format!("table/{tname}"),
-            "table",
-            TABLE_VERSION,
-            pj,
-            "exact",
-            inputs,
-            &["table", "markdown", "latex", "csv"],
-            labels,
-            Resources {
-                threads: 1,
-                memory_mb: 256,
-            },
-            Arc::new(task),
-        )?;
+        let node = match target.kind {
+            TargetKind::Table | TargetKind::Experts => {
+                let source = if experts {
+                    TableSource::Experts
+                } else {
+                    TableSource::Metrics
+                };
+                let task = TableTask {
+                    layout: layout.clone(),
+                    inputs: inputs.clone(),
+                    trials: spec.trials.len(),
+                    source,
+                };
+                bd.add(
+                    format!("table/{tname}"),
+                    "table",
+                    TABLE_VERSION,
+                    pj,
+                    "exact",
+                    wiring,
+                    &["table", "markdown", "latex", "csv"],
+                    labels,
+                    resources,
+                    Arc::new(task),
+                )?
+            }
+            TargetKind::Figure => {
+                let mut labels = labels;
+                labels.insert("stage".into(), "figure".into());
+                let task = FigureTask {
+                    title: layout.title.clone(),
+                    inputs: inputs.clone(),
+                    std_ddof: params.table.std_ddof,
+                };
+                bd.add(
+                    format!("figure/{tname}"),
+                    "figure",
+                    FIGURE_VERSION,
+                    pj,
+                    "exact",
+                    wiring,
+                    &["png", "svg", "table"],
+                    labels,
+                    resources,
+                    Arc::new(task),
+                )?
+            }
+        };
         targets.push(TargetNodes {
             name: tname.clone(),
-            table,
+            kind: target.kind,
+            node,
             layout,
             cells,
-            inputs: table_inputs,
+            inputs,
         });
     }
     Ok(Built {
@@ -342,6 +458,8 @@ pub fn build(spec: &Spec, threads: usize) -> Result<Built> {
 
 /// Version of the table stage (rendering lives in `upcc-report`).
 pub const TABLE_VERSION: u32 = 1;
+/// Version of the figure stage (drawing lives in `upcc-report`).
+pub const FIGURE_VERSION: u32 = 1;
 
 #[allow(clippy::too_many_arguments)]
 fn chain(
@@ -356,7 +474,7 @@ fn chain(
     method: &str,
     pre: bool,
     seed: u64,
-) -> Result<usize> {
+) -> Result<(usize, usize)> {
     let spec = bd.spec;
     let params = &spec.file.params;
     let t = seed.to_string();
@@ -401,42 +519,7 @@ fn chain(
             )?
         }
         SupervisionSpec::Single { .. } | SupervisionSpec::Multi { .. } => {
-            let setting = match sspec {
-                SupervisionSpec::Single { level } => {
-                    expert::ExpertSetting::Single { level: *level }
-                }
-                SupervisionSpec::Multi {
-                    experts,
-                    familiar,
-                    unfamiliar,
-                } => expert::ExpertSetting::Multi {
-                    experts: *experts,
-                    familiar: *familiar,
-                    unfamiliar: *unfamiliar,
-                },
-                SupervisionSpec::File { .. } => unreachable!("handled above"),
-            };
-            let ep = expert::ExpertParams {
-                setting,
-                classifier: params.expert.clone(),
-                seed,
-            };
-            let mut labels = base_labels("expert");
-            labels.remove("corruption");
-            labels.remove("budget");
-            let pj = params_json(&ep)?;
-            let ex = bd.add(
-                format!("expert/{ds}/{sup}/t{t}"),
-                "expert",
-                expert::VERSION,
-                pj,
-                nets::NUMERICS,
-                vec![Builder::node_input("features", feat, "features")],
-                &["probs", "experts"],
-                labels,
-                bd.all(1024),
-                Arc::new(ExpertTask { params: ep }),
-            )?;
+            let ex = expert_node(bd, feat, ds, sup, sspec, seed)?.expect("not a file supervision");
             let cp = constraints::ConstraintParams {
                 settings: constraints::ConstraintSettings {
                     budget,
@@ -500,8 +583,9 @@ fn chain(
     } else {
         None
     };
-    let (kind, settings) = spec.method_train[method].clone();
-    let tp = train::TrainParams::new(settings, kind.weighting(), embedding_dim, pre, seed);
+    let resolved = spec.methods[method].clone();
+    let kind = resolved.kind;
+    let tp = train::TrainParams::new(resolved.train, kind.weighting(), embedding_dim, pre, seed);
     let cell = format!(
         "{ds}/{sup}{suffix}/{method}/{}/t{t}",
         if pre { "pre" } else { "nopre" }
@@ -517,19 +601,41 @@ fn chain(
         inputs.push(Builder::node_input("weights", p, "weights"));
     }
     let mut pj = params_json(&tp)?;
-    pj["method"] = json!(method_kind_name(kind));
-    let tr = bd.add(
-        format!("train/{cell}"),
-        "train",
-        train::VERSION,
-        pj,
-        nets::NUMERICS,
-        inputs,
-        &["embeddings", "curve"],
-        labels.clone(),
-        bd.all(2048),
-        Arc::new(TrainTask { params: tp }),
-    )?;
+    pj["method"] = json!(kind.name());
+    let tr = match resolved.eci {
+        None => bd.add(
+            format!("train/{cell}"),
+            "train",
+            train::VERSION,
+            pj,
+            nets::NUMERICS,
+            inputs,
+            &["embeddings", "curve"],
+            labels.clone(),
+            bd.all(2048),
+            Arc::new(TrainTask { params: tp }),
+        )?,
+        Some(eci_settings) => {
+            // ECI-PP also reads the held-out diagnostic set and writes diagnostics.
+            inputs.push(Builder::node_input("diagnostic", cons, "diagnostic"));
+            pj["eci"] = params_json(&eci_settings)?;
+            bd.add(
+                format!("train/{cell}"),
+                "eci-pp",
+                eci::VERSION,
+                pj,
+                nets::NUMERICS,
+                inputs,
+                &["embeddings", "curve", "diagnostics"],
+                labels.clone(),
+                bd.all(4096),
+                Arc::new(EciTask {
+                    params: tp,
+                    eci: eci_settings,
+                }),
+            )?
+        }
+    };
     let cp = cluster::ClusterParams {
         settings: params.cluster.clone(),
         k: 0,
@@ -553,7 +659,7 @@ fn chain(
         Arc::new(ClusterTask { params: cp }),
     )?;
     labels.insert("stage".into(), "metrics".into());
-    bd.add(
+    let me = bd.add(
         format!("metrics/{cell}"),
         "metrics",
         metrics::VERSION,
@@ -567,12 +673,6 @@ fn chain(
             memory_mb: 128,
         },
         Arc::new(MetricsTask),
-    )
-}
-
-fn method_kind_name(k: crate::spec::MethodKind) -> &'static str {
-    match k {
-        crate::spec::MethodKind::ProbPair => "probpair",
-        crate::spec::MethodKind::WeightedProbPair => "weighted-probpair",
-    }
+    )?;
+    Ok((tr, me))
 }

@@ -137,7 +137,7 @@ pub fn roots(sel: &Selection, built: &Built) -> Result<Vec<usize>> {
     if sel.filters.contains_key("stage") {
         let allowed = ancestors(
             &built.dag,
-            &targets.iter().map(|t| t.table).collect::<Vec<_>>(),
+            &targets.iter().map(|t| t.node).collect::<Vec<_>>(),
         );
         for i in allowed {
             if sel.matches(&built.dag.node(i).labels) {
@@ -145,12 +145,12 @@ pub fn roots(sel: &Selection, built: &Built) -> Result<Vec<usize>> {
             }
         }
     } else if !sel.has_cell_filters() {
-        out.extend(targets.iter().map(|t| t.table));
+        out.extend(targets.iter().map(|t| t.node));
     } else {
         for t in &targets {
             for c in &t.cells {
-                if sel.matches(&built.dag.node(c.metrics).labels) {
-                    out.insert(c.metrics);
+                if sel.matches(&built.dag.node(c.leaf).labels) {
+                    out.insert(c.leaf);
                 }
             }
         }

@@ -13,6 +13,7 @@ use serde_yaml_ng::Value;
 use upcc_report::{Metric, TableSettings};
 use upcc_stages::cluster::ClusterSettings;
 use upcc_stages::constraints::ConstraintSettings;
+use upcc_stages::eci::EciSettings;
 use upcc_stages::expert::ClassifierParams;
 use upcc_stages::features::{DataFormat, HeaderMode, Scaling, Split, SplitKind};
 use upcc_stages::pretrain::PretrainSettings;
@@ -33,11 +34,12 @@ pub fn embedded(name: &str) -> Option<&'static [u8]> {
     }
 }
 
-const STAGE_SECTIONS: [&str; 6] = [
+const STAGE_SECTIONS: [&str; 7] = [
     "expert",
     "constraints",
     "pretrain",
     "train",
+    "eci",
     "cluster",
     "table",
 ];
@@ -115,25 +117,46 @@ pub enum MethodKind {
     ProbPair,
     #[serde(rename = "weighted-probpair")]
     WeightedProbPair,
+    #[serde(rename = "eci-pp")]
+    EciPp,
 }
 
 impl MethodKind {
-    pub const NAMES: [&'static str; 2] = ["probpair", "weighted-probpair"];
+    pub const NAMES: [&'static str; 3] = ["probpair", "weighted-probpair", "eci-pp"];
 
     pub fn from_name(name: &str) -> Option<Self> {
         match name {
             "probpair" => Some(MethodKind::ProbPair),
             "weighted-probpair" => Some(MethodKind::WeightedProbPair),
+            "eci-pp" => Some(MethodKind::EciPp),
             _ => None,
         }
     }
 
+    pub fn name(self) -> &'static str {
+        match self {
+            MethodKind::ProbPair => "probpair",
+            MethodKind::WeightedProbPair => "weighted-probpair",
+            MethodKind::EciPp => "eci-pp",
+        }
+    }
+
+    /// Pair weights of the ProbPair loss (ECI-PP sets its own per phase).
     pub fn weighting(self) -> Weighting {
         match self {
-            MethodKind::ProbPair => Weighting::None,
+            MethodKind::ProbPair | MethodKind::EciPp => Weighting::None,
             MethodKind::WeightedProbPair => Weighting::Kappa,
         }
     }
+}
+
+/// A method as the spec resolves it.
+#[derive(Clone, Debug)]
+pub struct ResolvedMethod {
+    pub kind: MethodKind,
+    pub train: TrainSettings,
+    /// ECI-PP's own settings (`params.eci` merged with the method's `eci`).
+    pub eci: Option<EciSettings>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -145,6 +168,9 @@ pub struct MethodSpec {
     /// Overrides of `params.train` for this method.
     #[serde(default)]
     pub train: Option<Value>,
+    /// Overrides of `params.eci` (ECI-PP methods only).
+    #[serde(default)]
+    pub eci: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -162,6 +188,8 @@ pub struct ParamsSpec {
     /// `PretrainSettings` plus `seed` (default 0) and `per_trial` (default false).
     pub pretrain: Option<Value>,
     pub train: Option<Value>,
+    /// ECI-PP settings (`EciSettings`).
+    pub eci: Option<Value>,
     pub cluster: ClusterSettings,
     pub table: TableSettings,
 }
@@ -174,23 +202,35 @@ pub struct TargetSpec {
     #[serde(default)]
     pub title: Option<String>,
     pub grid: GridSpec,
-    #[serde(default = "default_columns")]
-    pub columns: Vec<String>,
+    /// Axes spanning the columns (default: `method, pretrain`; `supervision` for experts).
+    #[serde(default)]
+    pub columns: Option<Vec<String>>,
     #[serde(default = "default_metrics")]
     pub metrics: Vec<Metric>,
     #[serde(default = "default_splits")]
     pub splits: Vec<String>,
 }
 
-#[derive(Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum TargetKind {
+    /// Clustering scores (ACC, NMI, ARI) of every cell, mean ± std over trials.
     #[default]
     Table,
+    /// Test accuracy of the simulated experts (group mean for multi-expert settings).
+    Experts,
+    /// ECI-PP's held-out diagnostics per iteration, drawn as the paper's 8-panel figure.
+    Figure,
 }
 
-fn default_columns() -> Vec<String> {
-    vec!["method".into(), "pretrain".into()]
+impl TargetSpec {
+    pub fn columns(&self) -> Vec<String> {
+        match (&self.columns, &self.kind) {
+            (Some(c), _) => c.clone(),
+            (None, TargetKind::Experts) => vec!["supervision".into()],
+            (None, _) => vec!["method".into(), "pretrain".into()],
+        }
+    }
 }
 fn default_metrics() -> Vec<Metric> {
     vec![Metric::Acc, Metric::Nmi, Metric::Ari]
@@ -204,6 +244,7 @@ fn default_splits() -> Vec<String> {
 pub struct GridSpec {
     pub dataset: Vec<String>,
     pub supervision: Vec<String>,
+    #[serde(default)]
     pub method: Vec<String>,
     #[serde(default = "default_pretrain")]
     pub pretrain: Vec<bool>,
@@ -234,7 +275,7 @@ pub struct Spec {
     pub trials: Vec<u64>,
     pub pretrain: PretrainSpec,
     /// Resolved training settings per method.
-    pub method_train: BTreeMap<String, (MethodKind, TrainSettings)>,
+    pub methods: BTreeMap<String, ResolvedMethod>,
 }
 
 /// Where a file's text came from.
@@ -739,7 +780,19 @@ fn validate(src: SpecSource, file: SpecFile) -> Result<Spec> {
             false
         }
     };
-    let mut method_train = BTreeMap::new();
+    let base_eci = file
+        .params
+        .eci
+        .clone()
+        .unwrap_or(Value::Mapping(Default::default()));
+    let eci_ok = match serde_yaml_ng::from_value::<EciSettings>(base_eci.clone()) {
+        Ok(_) => true,
+        Err(e) => {
+            p.add_serde("params.eci", &e);
+            false
+        }
+    };
+    let mut methods = BTreeMap::new();
     for (name, m) in &file.methods {
         let kind = match m.kind.or_else(|| MethodKind::from_name(name)) {
             Some(k) => k,
@@ -760,9 +813,49 @@ fn validate(src: SpecSource, file: SpecFile) -> Result<Spec> {
         if let Some(o) = &m.train {
             merge(&mut merged, o);
         }
+        let eci = if kind == MethodKind::EciPp {
+            let mut merged = base_eci.clone();
+            if let Some(o) = &m.eci {
+                merge(&mut merged, o);
+            }
+            match serde_yaml_ng::from_value::<EciSettings>(merged) {
+                Ok(s) => Some(s),
+                Err(_) if !eci_ok => None,
+                Err(e) => {
+                    p.add_serde(&format!("methods.{name}.eci"), &e);
+                    None
+                }
+            }
+        } else {
+            if m.eci.is_some() {
+                p.add(
+                    name,
+                    format!(
+                        "method `{name}` ({}) sets `eci`, which only ECI-PP methods read",
+                        kind.name()
+                    ),
+                    Some("remove it, or set `kind: eci-pp`".into()),
+                );
+            }
+            None
+        };
         match serde_yaml_ng::from_value::<TrainSettings>(merged) {
-            Ok(s) => {
-                method_train.insert(name.clone(), (kind, s));
+            Ok(train) => {
+                if kind != MethodKind::EciPp || eci.is_some() {
+                    if let Some(e) = &eci {
+                        if e.warmup_epochs > train.epochs {
+                            p.add("warmup_epochs", format!("method `{name}`: `eci.warmup_epochs` ({}) exceeds `train.epochs` ({}), the total", e.warmup_epochs, train.epochs), None);
+                        }
+                        if e.folds < 2 {
+                            p.add(
+                                "folds",
+                                format!("method `{name}`: `eci.folds` must be at least 2"),
+                                None,
+                            );
+                        }
+                    }
+                    methods.insert(name.clone(), ResolvedMethod { kind, train, eci });
+                }
             }
             // A problem of `params.train` itself is reported once, above.
             Err(_) if !base_ok => {}
@@ -803,11 +896,18 @@ fn validate(src: SpecSource, file: SpecFile) -> Result<Spec> {
     );
     for (t, target) in &file.targets {
         let g = &target.grid;
+        let experts = target.kind == TargetKind::Experts;
+        if experts && !g.method.is_empty() {
+            p.add("method", format!("target `{t}` (kind: experts) is indexed by dataset and supervision only; remove `grid.method`"), None);
+        }
         for (axis, values, valid, what) in [
             ("dataset", &g.dataset, &ds, "dataset"),
             ("supervision", &g.supervision, &sv, "supervision setting"),
             ("method", &g.method, &me, "method"),
         ] {
+            if experts && axis == "method" {
+                continue;
+            }
             if values.is_empty() {
                 p.add(axis, format!("target `{t}`: `grid.{axis}` is empty"), None);
             }
@@ -837,8 +937,27 @@ fn validate(src: SpecSource, file: SpecFile) -> Result<Spec> {
                 );
             }
         }
-        let axes = axes_of(g);
-        for col in &target.columns {
+        if target.kind == TargetKind::Figure {
+            for m in &g.method {
+                if let Some(r) = methods.get(m) {
+                    if r.kind != MethodKind::EciPp {
+                        p.add(m, format!("target `{t}` (kind: figure) draws ECI-PP's diagnostics; method `{m}` ({}) records none", r.kind.name()), None);
+                    }
+                }
+            }
+        }
+        for sup in &g.supervision {
+            if experts
+                && matches!(
+                    file.supervision.get(sup),
+                    Some(SupervisionSpec::File { .. })
+                )
+            {
+                p.add(sup, format!("target `{t}` (kind: experts): supervision `{sup}` comes from a file and has no experts"), None);
+            }
+        }
+        let axes = axes_of(target);
+        for col in &target.columns() {
             if !axes.contains(&col.as_str()) {
                 let hint = nearest(col, axes.iter().copied())
                     .map(|n| format!("did you mean `{n}`? (axes: {})", axes.join(", ")));
@@ -880,7 +999,7 @@ fn validate(src: SpecSource, file: SpecFile) -> Result<Spec> {
         file,
         trials,
         pretrain,
-        method_train,
+        methods,
     })
 }
 
@@ -888,9 +1007,13 @@ fn names_of<T>(m: &BTreeMap<String, T>) -> Vec<&str> {
     m.keys().map(|k| k.as_str()).collect()
 }
 
-/// The axes of a grid, in display order.
-pub fn axes_of(g: &GridSpec) -> Vec<&'static str> {
+/// The axes of a target's grid, in display order.
+pub fn axes_of(target: &TargetSpec) -> Vec<&'static str> {
+    let g = &target.grid;
     let mut a = vec!["dataset", "supervision"];
+    if target.kind == TargetKind::Experts {
+        return a;
+    }
     if g.corruption.is_some() {
         a.push("corruption");
     }

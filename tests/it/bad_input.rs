@@ -271,6 +271,30 @@ fn unknown_override_key_suggests_the_nearest() {
 }
 
 #[test]
+fn figure_of_a_method_without_diagnostics_is_refused() {
+    let spec = format!("{TINY_SPEC}  fig:\n    kind: figure\n    grid: {{dataset: [blobs], supervision: [lv0.1], method: [probpair]}}\n");
+    rejects(
+        Some(&spec),
+        &[],
+        &[],
+        &["kind: figure", "method `probpair`", "records none"],
+    );
+}
+
+#[test]
+fn eci_settings_on_a_non_eci_method_are_refused() {
+    rejects(
+        Some(&tiny_with(
+            "  probpair: {}",
+            "  probpair: {eci: {gamma: 5}}",
+        )),
+        &[],
+        &[],
+        &["sets `eci`", "kind: eci-pp"],
+    );
+}
+
+#[test]
 fn pickled_npy_is_refused_with_a_conversion_hint() {
     let mut npy = b"\x93NUMPY\x01\x00".to_vec();
     let header = "{'descr': '|O', 'fortran_order': False, 'shape': (), }          \n";

@@ -7,6 +7,7 @@ mod cache;
 mod concurrency;
 mod corruption;
 mod determinism;
+mod eci;
 mod gc;
 mod interop;
 mod numerics;

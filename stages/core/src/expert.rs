@@ -405,3 +405,71 @@ pub fn argmax(row: &[f32]) -> usize {
     }
     best
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(c: usize, e: usize) -> Vec<usize> {
+        let mut rng = Stream::new(0, &["t"]);
+        blind_spots(c, e, &mut rng)
+            .iter()
+            .map(|b| b.len())
+            .collect()
+    }
+
+    #[test]
+    fn blind_spot_counts_match_table_4_of_the_paper() {
+        assert_eq!(counts(10, 2), [5, 5]);
+        assert_eq!(counts(10, 3), [4, 3, 3]);
+        assert_eq!(counts(10, 10), [1; 10]);
+        assert_eq!(counts(20, 2), [10, 10]);
+        assert_eq!(counts(20, 3), [7, 7, 6]);
+        assert_eq!(counts(20, 10), [2; 10]);
+        assert_eq!(counts(4, 2), [2, 2]);
+        assert_eq!(counts(4, 3), [2, 1, 1]);
+        assert_eq!(counts(4, 10), [1; 10]);
+    }
+
+    #[test]
+    fn blocks_are_consecutive_and_complementary() {
+        let mut rng = Stream::new(0, &["t"]);
+        let b = blind_spots(10, 3, &mut rng);
+        assert_eq!(b, vec![vec![0, 1, 2, 3], vec![4, 5, 6], vec![7, 8, 9]]);
+        // E > C: full groups each blind to one distinct class, then a sampled partial group.
+        let b = blind_spots(4, 10, &mut rng);
+        for g in 0..2 {
+            let mut group: Vec<u32> = b[4 * g..4 * g + 4].iter().map(|x| x[0]).collect();
+            group.sort();
+            assert_eq!(group, [0, 1, 2, 3]);
+        }
+        let mut partial: Vec<u32> = b[8..].iter().map(|x| x[0]).collect();
+        partial.sort();
+        partial.dedup();
+        assert_eq!(partial.len(), 2, "sampled without replacement");
+    }
+
+    #[test]
+    fn stratified_subset_keeps_at_least_one_sample_per_class() {
+        let n = 200;
+        let f = Features {
+            ids: (0..n as u32).collect(),
+            labels: (0..n as u32).map(|i| i % 4).collect(),
+            is_test: (0..n).map(|i| i >= 160).collect(),
+            x: vec![0.0; n],
+            dim: 1,
+            n_classes: 4,
+        };
+        let mut rng = Stream::new(1, &["t"]);
+        // l = 0.0001 of 40 training samples per class rounds down to 0: one is kept.
+        let s = stratified_subset(&f, &|c| if c == 0 { 0.1 } else { 0.0001 }, &mut rng);
+        let per_class: Vec<usize> = (0..4)
+            .map(|c| s.iter().filter(|&&i| f.labels[i] == c).count())
+            .collect();
+        assert_eq!(per_class, [4, 1, 1, 1]);
+        assert!(
+            s.iter().all(|&i| !f.is_test[i]),
+            "experts train on the training split only"
+        );
+    }
+}

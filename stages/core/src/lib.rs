@@ -7,6 +7,7 @@
 
 pub mod cluster;
 pub mod constraints;
+pub mod eci;
 pub mod error;
 pub mod expert;
 pub mod features;

@@ -8,6 +8,9 @@
 
 use std::collections::BTreeMap;
 
+pub mod figure;
+mod png;
+
 use polars::prelude::*;
 use serde::{Deserialize, Serialize};
 use upcc_stages::table::TableBuilder;
@@ -73,6 +76,10 @@ pub struct TableLayout {
     pub metrics: Vec<Metric>,
     pub splits: Vec<String>,
     pub settings: TableSettings,
+    /// Mark the best (bold) and second (underlined) column of every row.
+    pub highlight_best: bool,
+    /// The sentence under the title (default: how scores are shown).
+    pub caption: Option<String>,
 }
 
 /// Scores of one split of one trial of one cell.
@@ -124,71 +131,43 @@ pub struct Rendered {
 
 type Key = (Vec<String>, String, Metric);
 
-/// Aggregate per-trial results with polars: mean, std (ddof) and count per cell/split/metric.
-pub fn aggregate(
-    layout: &TableLayout,
-    results: &[CellResult],
-) -> Result<BTreeMap<Key, Agg>, ReportError> {
-    let axes: Vec<&str> = layout.axes.iter().map(|(a, _)| a.as_str()).collect();
-    let mut cols: Vec<Vec<String>> = vec![Vec::new(); axes.len()];
-    let (mut split, mut metric, mut value) = (Vec::new(), Vec::new(), Vec::new());
-    for r in results {
-        for s in &r.scores {
-            for m in &layout.metrics {
-                let v = match m {
-                    Metric::Acc => s.acc,
-                    Metric::Ari => s.ari,
-                    Metric::Nmi => match layout.settings.nmi {
-                        NmiVariant::Arithmetic => s.nmi_arithmetic,
-                        NmiVariant::Geometric => s.nmi_geometric,
-                    },
-                };
-                for (c, a) in cols.iter_mut().zip(&axes) {
-                    c.push(
-                        r.coords.get(*a).cloned().ok_or_else(|| {
-                            ReportError::Layout(format!("result lacks axis `{a}`"))
-                        })?,
-                    );
-                }
-                split.push(s.split.clone());
-                metric.push(m.label().to_string());
-                value.push(if layout.settings.percent {
-                    100.0 * v
-                } else {
-                    v
-                });
-            }
-        }
+/// Mean, standard deviation (with `ddof`) and count of `values` per distinct key (string
+/// tuples), in order of first appearance. The one place polars aggregates.
+pub fn group_stats(
+    keys: &[Vec<String>],
+    values: &[f64],
+    ddof: u8,
+) -> Result<Vec<(Vec<String>, Agg)>, ReportError> {
+    let width = keys.first().map(|k| k.len()).unwrap_or(0);
+    if keys.is_empty() {
+        return Ok(vec![]);
     }
-    let mut columns: Vec<Column> = axes
+    let names: Vec<String> = (0..width).map(|i| format!("k{i}")).collect();
+    let mut columns: Vec<Column> = names
         .iter()
-        .zip(cols)
-        .map(|(a, c)| Column::new(format!("axis_{a}").into(), c))
+        .enumerate()
+        .map(|(i, n)| {
+            Column::new(
+                n.as_str().into(),
+                keys.iter().map(|k| k[i].clone()).collect::<Vec<_>>(),
+            )
+        })
         .collect();
-    columns.push(Column::new("split".into(), split));
-    columns.push(Column::new("metric".into(), metric));
-    columns.push(Column::new("value".into(), value));
+    columns.push(Column::new("value".into(), values.to_vec()));
     let df = DataFrame::new_infer_height(columns)?;
-    let mut keys: Vec<String> = axes.iter().map(|a| format!("axis_{a}")).collect();
-    keys.push("split".into());
-    keys.push("metric".into());
-    let mut out = BTreeMap::new();
-    if df.height() == 0 {
-        return Ok(out);
-    }
     // The eager group-by API is deprecated upstream in favour of the lazy engine, whose
-    // feature would add polars-lazy and its planner to every build; this is the only
-    // aggregation upcc needs.
+    // feature would add polars-lazy and its planner to every build; these are the only
+    // aggregations upcc needs.
     #[allow(deprecated)]
     let (mean, std, count) = {
-        let gb = df.group_by_stable(keys.clone())?;
+        let gb = df.group_by_stable(names.clone())?;
         (
             gb.clone().select(["value"]).mean()?,
-            gb.clone().select(["value"]).std(layout.settings.std_ddof)?,
+            gb.clone().select(["value"]).std(ddof)?,
             gb.select(["value"]).count()?,
         )
     };
-    let key_cols: Vec<Vec<String>> = keys
+    let key_cols: Vec<Vec<String>> = names
         .iter()
         .map(|k| {
             Ok(mean
@@ -206,7 +185,7 @@ pub fn aggregate(
         .map(|v| v.unwrap_or(f64::NAN))
         .collect();
     let stds: Vec<f64> = std
-        .column(std.get_column_names()[keys.len()].as_str())?
+        .column(std.get_column_names()[width].as_str())?
         .f64()?
         .iter()
         .map(|v| v.unwrap_or(0.0))
@@ -218,22 +197,68 @@ pub fn aggregate(
         .iter()
         .map(|v| v.unwrap_or(0))
         .collect();
-    for g in 0..means.len() {
-        let coord: Vec<String> = (0..axes.len()).map(|a| key_cols[a][g].clone()).collect();
-        let split = key_cols[axes.len()][g].clone();
-        let metric = match key_cols[axes.len() + 1][g].as_str() {
+    Ok((0..means.len())
+        .map(|g| {
+            let key = (0..width).map(|i| key_cols[i][g].clone()).collect();
+            (
+                key,
+                Agg {
+                    mean: means[g],
+                    std: if stds[g].is_finite() { stds[g] } else { 0.0 },
+                    n: counts[g],
+                },
+            )
+        })
+        .collect())
+}
+
+/// Aggregate per-trial results with polars: mean, std (ddof) and count per cell/split/metric.
+pub fn aggregate(
+    layout: &TableLayout,
+    results: &[CellResult],
+) -> Result<BTreeMap<Key, Agg>, ReportError> {
+    let axes: Vec<&str> = layout.axes.iter().map(|(a, _)| a.as_str()).collect();
+    let mut keys = Vec::new();
+    let mut values = Vec::new();
+    for r in results {
+        for s in &r.scores {
+            for m in &layout.metrics {
+                let v = match m {
+                    Metric::Acc => s.acc,
+                    Metric::Ari => s.ari,
+                    Metric::Nmi => match layout.settings.nmi {
+                        NmiVariant::Arithmetic => s.nmi_arithmetic,
+                        NmiVariant::Geometric => s.nmi_geometric,
+                    },
+                };
+                let mut key = Vec::with_capacity(axes.len() + 2);
+                for a in &axes {
+                    key.push(
+                        r.coords.get(*a).cloned().ok_or_else(|| {
+                            ReportError::Layout(format!("result lacks axis `{a}`"))
+                        })?,
+                    );
+                }
+                key.push(s.split.clone());
+                key.push(m.label().to_string());
+                keys.push(key);
+                values.push(if layout.settings.percent {
+                    100.0 * v
+                } else {
+                    v
+                });
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    for (key, agg) in group_stats(&keys, &values, layout.settings.std_ddof)? {
+        let n = axes.len();
+        let metric = match key[n + 1].as_str() {
             "ACC" => Metric::Acc,
             "NMI" => Metric::Nmi,
             _ => Metric::Ari,
         };
-        out.insert(
-            (coord, split, metric),
-            Agg {
-                mean: means[g],
-                std: if stds[g].is_finite() { stds[g] } else { 0.0 },
-                n: counts[g],
-            },
-        );
+        out.insert((key[..n].to_vec(), key[n].clone(), metric), agg);
     }
     Ok(out)
 }
@@ -313,7 +338,8 @@ pub fn render(
             .iter()
             .zip(c)
             .map(|((a, _), v)| {
-                if a == "method" {
+                // A single column axis, or the method, is named by its values alone.
+                if a == "method" || col_axes.len() == 1 {
                     v.clone()
                 } else {
                     format!("{a}={v}")
@@ -357,11 +383,14 @@ pub fn render(
         NmiVariant::Arithmetic => "NMI normalised by the arithmetic mean of the entropies",
         NmiVariant::Geometric => "NMI normalised by the geometric mean of the entropies",
     };
-    md.push_str(&format!(
-        "Mean ± std over trials ({}), cells show {}; {nmi_note}; **best** per row; — = no result yet.\n\n",
-        if layout.settings.percent { "%" } else { "fraction" },
-        layout.splits.join(" / ")
-    ));
+    match &layout.caption {
+        Some(c) => md.push_str(&format!("{c}; — = no result yet.\n\n")),
+        None => md.push_str(&format!(
+            "Mean ± std over trials ({}), cells show {}; {nmi_note}; **best** per row; — = no result yet.\n\n",
+            if layout.settings.percent { "%" } else { "fraction" },
+            layout.splits.join(" / ")
+        )),
+    }
     let header: Vec<String> = row_axes
         .iter()
         .map(|(a, _)| a.clone())
@@ -386,9 +415,11 @@ pub fn render(
                     let (best, second) = rank(&coords, s, *m);
                     match agg.get(&(coord.clone(), s.clone(), *m)) {
                         Some(a) => {
-                            let is_best = best.is_some_and(|b| round(b) == round(a.mean));
-                            let is_second =
-                                !is_best && second.is_some_and(|b| round(b) == round(a.mean));
+                            let is_best = layout.highlight_best
+                                && best.is_some_and(|b| round(b) == round(a.mean));
+                            let is_second = layout.highlight_best
+                                && !is_best
+                                && second.is_some_and(|b| round(b) == round(a.mean));
                             let text = fmt(a);
                             parts_md.push(if is_best { format!("**{text}**") } else { text });
                             let num = format!("{:.d$}", a.mean);
@@ -546,6 +577,8 @@ mod tests {
             metrics: vec![Metric::Acc, Metric::Nmi],
             splits: vec!["train".into(), "test".into()],
             settings: TableSettings::default(),
+            highlight_best: true,
+            caption: None,
         }
     }
 

@@ -1,0 +1,269 @@
+//! The held-out diagnostics figure (the paper's Figure 3 and Appendix C.4): eight panels of
+//! mean ± std over trials against the iteration, one line per cell, as SVG and PNG.
+
+use std::sync::Once;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::{group_stats, Agg, ReportError};
+
+/// Column of the diagnostics artifact and the panel title, in the paper's order (A–H).
+pub const PANELS: [(&str, &str); 8] = [
+    ("brier_estimator", "(A) Brier of estimated relations"),
+    ("brier_corrected_clean", "(B) Brier of corrected (clean)"),
+    ("brier_integrator", "(C) Brier of integrated relations"),
+    ("gap_clean", "(D) post-correction gap (clean)"),
+    ("auc", "(E) AUC of gap vs corruption"),
+    ("ap", "(F) AP of gap vs corruption"),
+    ("auc_oracle", "(G) AUC, oracle supervision"),
+    ("ap_oracle", "(H) AP, oracle supervision"),
+];
+
+const COLORS: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(255, 127, 14),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+];
+
+const FONT: &[u8] = include_bytes!("../fonts/DejaVuSans.ttf");
+static FONT_ONCE: Once = Once::new();
+
+/// One trial's diagnostics: iteration → the eight panel values.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrialDiagnostics {
+    pub iterations: Vec<u32>,
+    /// `values[p][i]`: panel p at `iterations[i]`.
+    pub values: [Vec<f64>; 8],
+}
+
+/// One line of the figure: a cell and its trials.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Series {
+    pub label: String,
+    pub trials: Vec<TrialDiagnostics>,
+}
+
+/// The rendered figure.
+pub struct Figure {
+    pub svg: String,
+    pub png: Vec<u8>,
+    /// (series, panel, iteration) → mean ± std over trials.
+    pub stats: Vec<(String, String, u32, Agg)>,
+}
+
+type Curve = Vec<(f64, f64, f64)>;
+
+/// Aggregate trials with polars and draw the eight panels.
+pub fn render(title: &str, series: &[Series], std_ddof: u8) -> Result<Figure, ReportError> {
+    let mut keys = Vec::new();
+    let mut values = Vec::new();
+    for s in series {
+        for t in &s.trials {
+            for (p, (name, _)) in PANELS.iter().enumerate() {
+                for (i, &it) in t.iterations.iter().enumerate() {
+                    let v = t.values[p][i];
+                    if v.is_finite() {
+                        keys.push(vec![s.label.clone(), name.to_string(), format!("{it:08}")]);
+                        values.push(v);
+                    }
+                }
+            }
+        }
+    }
+    let stats: Vec<(String, String, u32, Agg)> = group_stats(&keys, &values, std_ddof)?
+        .into_iter()
+        .map(|(k, a)| (k[0].clone(), k[1].clone(), k[2].parse().unwrap_or(0), a))
+        .collect();
+    // curves[series][panel] = (iteration, mean, std) sorted by iteration.
+    let curves: Vec<Vec<Curve>> = series
+        .iter()
+        .map(|s| {
+            PANELS
+                .iter()
+                .map(|(name, _)| {
+                    let mut c: Curve = stats
+                        .iter()
+                        .filter(|(l, p, _, _)| *l == s.label && p == name)
+                        .map(|(_, _, it, a)| (*it as f64, a.mean, a.std))
+                        .collect();
+                    c.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal));
+                    c
+                })
+                .collect()
+        })
+        .collect();
+    let labels: Vec<&str> = series.iter().map(|s| s.label.as_str()).collect();
+    FONT_ONCE.call_once(|| {
+        // The vendored DejaVu Sans is a valid font; failure would only lose the text.
+        let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, FONT);
+    });
+    let (w, h) = (1600u32, 760u32);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (w, h)).into_drawing_area();
+        draw(&root, title, &labels, &curves).map_err(ReportError::Layout)?;
+        root.present()
+            .map_err(|e| ReportError::Layout(format!("{e:?}")))?;
+    }
+    let mut rgb = vec![255u8; (w * h * 3) as usize];
+    {
+        let root = BitMapBackend::with_buffer(&mut rgb, (w, h)).into_drawing_area();
+        draw(&root, title, &labels, &curves).map_err(ReportError::Layout)?;
+        root.present()
+            .map_err(|e| ReportError::Layout(format!("{e:?}")))?;
+    }
+    let png = crate::png::encode_rgb(&rgb, w, h);
+    Ok(Figure { svg, png, stats })
+}
+
+fn draw<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    labels: &[&str],
+    curves: &[Vec<Curve>],
+) -> Result<(), String> {
+    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| format!("{x:?}");
+    root.fill(&WHITE).map_err(e)?;
+    let root = root.titled(title, ("sans-serif", 22)).map_err(e)?;
+    let panels = root.split_evenly((2, 4));
+    for (p, area) in panels.iter().enumerate() {
+        let pts: Vec<&(f64, f64, f64)> = curves.iter().flat_map(|c| c[p].iter()).collect();
+        let (mut lo, mut hi) = pts
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), (_, m, s)| {
+                (lo.min(m - s), hi.max(m + s))
+            });
+        if !lo.is_finite() {
+            (lo, hi) = (0.0, 1.0);
+        }
+        if hi - lo < 1e-9 {
+            (lo, hi) = (lo - 0.05, hi + 0.05);
+        }
+        let pad = 0.05 * (hi - lo);
+        let (x0, x1) = pts
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), (x, _, _)| {
+                (a.min(*x), b.max(*x))
+            });
+        let (x0, x1) = if x0.is_finite() && x1 > x0 {
+            (x0, x1)
+        } else {
+            (0.0, 1.0)
+        };
+        let mut chart = ChartBuilder::on(area)
+            .caption(PANELS[p].1, ("sans-serif", 15))
+            .margin(8)
+            .x_label_area_size(32)
+            .y_label_area_size(52)
+            .build_cartesian_2d(x0..x1, (lo - pad)..(hi + pad))
+            .map_err(e)?;
+        chart
+            .configure_mesh()
+            .x_desc("iteration")
+            .x_labels(5)
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .y_labels(5)
+            .label_style(("sans-serif", 12))
+            .axis_desc_style(("sans-serif", 12))
+            .light_line_style(RGBColor(235, 235, 235))
+            .draw()
+            .map_err(e)?;
+        for (si, c) in curves.iter().enumerate() {
+            let color = COLORS[si % COLORS.len()];
+            let band: Vec<(f64, f64)> = c[p]
+                .iter()
+                .map(|(x, m, s)| (*x, m + s))
+                .chain(c[p].iter().rev().map(|(x, m, s)| (*x, m - s)))
+                .collect();
+            if band.len() >= 3 {
+                chart
+                    .draw_series(std::iter::once(Polygon::new(
+                        band,
+                        color.mix(0.18).filled(),
+                    )))
+                    .map_err(e)?;
+            }
+            let line = chart
+                .draw_series(LineSeries::new(
+                    c[p].iter().map(|(x, m, _)| (*x, *m)),
+                    color.stroke_width(2),
+                ))
+                .map_err(e)?;
+            line.label(labels[si]).legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+            });
+        }
+        if p == 0 {
+            chart
+                .configure_series_labels()
+                .label_font(("sans-serif", 12))
+                .background_style(WHITE.mix(0.85))
+                .border_style(RGBColor(200, 200, 200))
+                .draw()
+                .map_err(e)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trial(offset: f64) -> TrialDiagnostics {
+        let iterations = vec![1, 2, 3];
+        let v = |base: f64| vec![base + offset, base - 0.1 + offset, base - 0.15 + offset];
+        TrialDiagnostics {
+            iterations,
+            values: [
+                v(0.3),
+                v(0.25),
+                v(0.2),
+                v(0.1),
+                v(0.7),
+                v(0.6),
+                v(0.8),
+                v(0.7),
+            ],
+        }
+    }
+
+    #[test]
+    fn figure_has_eight_panels_and_aggregates_over_trials() {
+        let s = Series {
+            label: "mnist5k multi3".into(),
+            trials: vec![trial(0.0), trial(0.02)],
+        };
+        let f = render("diagnostics", &[s], 0).unwrap();
+        for (_, title) in PANELS {
+            let plain = title.split(' ').next_back().unwrap();
+            assert!(f.svg.contains(plain), "SVG lacks `{title}`");
+        }
+        assert_eq!(&f.png[..8], b"\x89PNG\r\n\x1a\n");
+        let a = f
+            .stats
+            .iter()
+            .find(|(_, p, it, _)| p == "auc" && *it == 1)
+            .unwrap();
+        assert!(
+            (a.3.mean - 0.71).abs() < 1e-12 && (a.3.std - 0.01).abs() < 1e-12 && a.3.n == 2,
+            "{a:?}"
+        );
+        // The same data give the same bytes.
+        let again = render(
+            "diagnostics",
+            &[Series {
+                label: "mnist5k multi3".into(),
+                trials: vec![trial(0.0), trial(0.02)],
+            }],
+            0,
+        )
+        .unwrap();
+        assert_eq!(again.png, f.png);
+        assert_eq!(again.svg, f.svg);
+    }
+}

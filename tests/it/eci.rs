@@ -1,0 +1,136 @@
+//! ECI-PP with multi-expert supervision, expert tables and the diagnostics figure, end to end.
+
+use crate::util::*;
+
+fn eci_spec() -> String {
+    let s = TINY_SPEC
+        .replacen("  lv0.1: {kind: single, level: 0.1}\n", "  lv0.1: {kind: single, level: 0.1}\n  multi2: {kind: multi, experts: 2}\n", 1)
+        .replacen("  weighted-probpair: {}\n", "  weighted-probpair: {}\n  eci-pp: {train: {epochs: 4}, eci: {warmup_epochs: 2, folds: 3}}\n", 1);
+    let targets = s.find("targets:").unwrap();
+    format!(
+        "{}targets:
+  main:
+    title: eci
+    grid: {{dataset: [blobs], supervision: [lv0.1, multi2], method: [probpair, eci-pp], pretrain: [false]}}
+    columns: [method]
+  experts:
+    kind: experts
+    grid: {{dataset: [blobs], supervision: [lv0.1, multi2]}}
+  diag:
+    kind: figure
+    grid: {{dataset: [blobs], supervision: [multi2], method: [eci-pp], pretrain: [false]}}
+",
+        &s[..targets]
+    )
+}
+
+fn setup() -> (Env, serde_json::Value) {
+    let env = Env::new();
+    env.write("spec.yaml", &eci_spec());
+    let r = env.run_ok(&[]);
+    (env, r)
+}
+
+#[test]
+fn eci_pp_expert_table_and_figure_run_end_to_end() {
+    let (env, r) = setup();
+    assert_eq!(r["failed"], 0);
+    let main = r["tables"]["main"].as_str().unwrap();
+    assert!(main.contains("eci-pp") && !main.contains("— / —"), "{main}");
+    let experts = r["tables"]["experts"].as_str().unwrap();
+    assert!(
+        experts.contains("| blobs |") && experts.contains("lv0.1") && experts.contains("multi2"),
+        "{experts}"
+    );
+    assert!(
+        r["tables"]["diag"].as_str().unwrap().contains("figure: "),
+        "{r}"
+    );
+    // The figure: PNG and SVG with the eight panels.
+    let png = std::fs::read(output_path(&env, "figure/diag", "png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let svg = std::fs::read_to_string(output_path(&env, "figure/diag", "svg")).unwrap();
+    for panel in ["(A)", "(D)", "(E)", "(H)"] {
+        assert!(svg.contains(panel), "SVG lacks panel {panel}");
+    }
+}
+
+#[test]
+fn diagnostics_are_recorded_per_iteration_and_in_range() {
+    use polars::prelude::*;
+    let (env, _) = setup();
+    let path = output_path(&env, "train/blobs/multi2/eci-pp/nopre/t1", "diagnostics");
+    let df = ParquetReader::new(std::fs::File::open(&path).unwrap())
+        .finish()
+        .unwrap();
+    // Warm-up of 2 epochs, then iterations 3 and 4.
+    let it: Vec<u32> = df
+        .column("iteration")
+        .unwrap()
+        .u32()
+        .unwrap()
+        .iter()
+        .map(|v| v.unwrap())
+        .collect();
+    assert_eq!(it, [2, 3, 4]);
+    for c in [
+        "brier_estimator",
+        "brier_corrected_clean",
+        "brier_integrator",
+        "gap_clean",
+        "auc",
+        "ap",
+        "auc_oracle",
+        "ap_oracle",
+    ] {
+        for v in df.column(c).unwrap().f64().unwrap().iter() {
+            let v = v.unwrap();
+            assert!((0.0..=1.0).contains(&v), "{c} = {v}");
+        }
+    }
+}
+
+#[test]
+fn multi_expert_constraints_record_their_expert_and_split_the_budget() {
+    use upcc_stages::constraints::Constraints;
+    let (env, _) = setup();
+    let bytes = std::fs::read(output_path(
+        &env,
+        "constraints/blobs/multi2/t1",
+        "constraints",
+    ))
+    .unwrap();
+    let c = Constraints::from_parquet(&bytes, "constraints").unwrap();
+    let per_expert: Vec<usize> = (0..2)
+        .map(|e| c.expert.iter().filter(|&&x| x == e).count())
+        .collect();
+    assert_eq!(per_expert, [150, 150]);
+    let corrupted = c.corrupted.iter().filter(|x| **x == Some(true)).count();
+    assert!(
+        (50..=130).contains(&corrupted),
+        "π = 0.3 of 300: {corrupted}"
+    );
+    for i in 0..c.len() {
+        if c.corrupted[i] == Some(false) {
+            assert_eq!(Some(c.y[i]), c.y_clean[i]);
+        }
+    }
+}
+
+#[test]
+fn an_eci_parameter_reruns_only_eci_nodes_and_their_consumers() {
+    let (env, _) = setup();
+    let r = env.run_ok(&["--set", "eci.gamma=5"]);
+    let executed = ids_with(&r, "executed");
+    assert!(
+        executed
+            .iter()
+            .any(|id| id.starts_with("train/") && id.contains("eci-pp")),
+        "{executed:?}"
+    );
+    for id in &executed {
+        let downstream =
+            id.contains("eci-pp") || id.starts_with("table/main") || id.starts_with("figure/diag");
+        assert!(downstream, "`{id}` does not depend on ECI-PP's settings");
+    }
+}
