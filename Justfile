@@ -25,6 +25,10 @@ status spec=spec *selectors:
 cell spec *selectors:
     cargo run --release -- run {{spec}} {{selectors}}
 
+# The paper's targets at full size (Table 2, Tables 5/6, Figure 3) on the datasets declared in experiments/paper.yaml.
+paper *args:
+    cargo run --release -- run experiments/paper.yaml {{args}}
+
 # Run every target of a spec and print its tables.
 run spec=spec *args:
     cargo run --release -- run {{spec}} {{args}}
@@ -62,4 +66,9 @@ bench:
     cargo run --quiet --release -- --store "$store" run {{spec}} --progress none > /dev/null
     end=$(date +%s.%N)
     echo "{\"bench\":\"smoke run\",\"wall_s\":$(echo "$end - $start" | bc)}"
+    echo "== wall time per epoch, ECI-PP against ProbPair on the same data (smoke multi3 cell, trial 1; from the run above)"
+    for m in probpair eci-pp; do
+        cargo run --quiet --release -- --store "$store" explain {{spec}} "train/mnist5k/multi3/$m/pre/t1" --json \
+            | python3 -c 'import json,sys; j=json.load(sys.stdin); s=j["manifest"]["summary"]; print(json.dumps({"method": j["id"].split("/")[3], **{k: round(v, 3) for k, v in s.items() if k.startswith("seconds")}}))'
+    done
     rm -rf "$store"

@@ -204,6 +204,7 @@ impl Task for TrainTask {
             ctx.summary("m", last.m);
             ctx.summary("t", last.t);
         }
+        ctx.summary("seconds_per_epoch", r.seconds_per_epoch);
         parquet(
             ctx,
             "embeddings",
@@ -245,6 +246,14 @@ impl Task for EciTask {
         )
         .map_err(stage_err)?;
         ctx.summary("seconds_per_epoch", r.seconds_per_iteration);
+        let epochs = self.params.settings.epochs.max(1) as f64;
+        ctx.summary("seconds_per_epoch_estimators", r.timing.estimators / epochs);
+        ctx.summary("seconds_per_epoch_correctors", r.timing.correctors / epochs);
+        ctx.summary("seconds_per_epoch_integrator", r.timing.integrator / epochs);
+        ctx.summary(
+            "seconds_per_epoch_diagnostics",
+            r.timing.diagnostics / epochs,
+        );
         if let Some(last) = r.curve.last() {
             ctx.summary("final_loss", last.loss);
         }

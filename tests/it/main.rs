@@ -11,4 +11,5 @@ mod eci;
 mod gc;
 mod interop;
 mod numerics;
+mod specs;
 mod util;

@@ -411,8 +411,30 @@ pub struct EciTrained {
     /// Integrator's epochs.
     pub curve: Vec<EpochStats>,
     pub diagnostics: Vec<Diagnostics>,
-    /// Seconds spent per outer iteration (for the benchmark).
+    /// Wall time per epoch, in total and by part (for the benchmark).
     pub seconds_per_iteration: f64,
+    pub timing: Timing,
+}
+
+/// Seconds spent in each part of ECI-PP over the whole run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Timing {
+    /// Estimator epochs and out-of-fold predictions.
+    pub estimators: f64,
+    /// Corrector fits, corrections, screening and fusion.
+    pub correctors: f64,
+    /// Integrator epochs and its relation read-out.
+    pub integrator: f64,
+    /// Held-out diagnostics.
+    pub diagnostics: f64,
+}
+
+/// Time `f` and add its seconds to `acc`.
+fn timed<T>(acc: &mut f64, f: impl FnOnce() -> T) -> T {
+    let t0 = std::time::Instant::now();
+    let out = f();
+    *acc += t0.elapsed().as_secs_f64();
+    out
 }
 
 struct State<'a> {
@@ -546,6 +568,7 @@ pub fn run(
     let mut curve = Vec::new();
     let mut diagnostics = Vec::new();
     let started = std::time::Instant::now();
+    let mut timing = Timing::default();
 
     // Estimator epochs in parallel (independent models; results do not depend on threads).
     let train_estimators = |estimators: &mut Vec<ProbPairModel>,
@@ -586,45 +609,53 @@ pub fn run(
 
     // Stage I: warm-up of the Estimators on (y, κ).
     for epoch in 0..warmup {
-        train_estimators(
-            &mut estimators,
-            &mut trainers,
-            &cons.y,
-            &kappa_w,
-            epoch as u32,
-        )?;
+        timed(&mut timing.estimators, || {
+            train_estimators(
+                &mut estimators,
+                &mut trainers,
+                &cons.y,
+                &kappa_w,
+                epoch as u32,
+            )
+        })?;
         monitor.progress(
             epoch as u64 + 1,
             total as u64,
             &format!("warm-up {}/{warmup}", epoch + 1),
         );
     }
-    let mut y_oof = oof(&estimators);
-    st.fit_correctors(&y_oof, &mut cor_rng);
-    let (mut y_bc, mut w) = fuse(&mut st, &y_oof);
+    let mut y_oof = timed(&mut timing.estimators, || oof(&estimators));
+    let (mut y_bc, mut w) = timed(&mut timing.correctors, || {
+        st.fit_correctors(&y_oof, &mut cor_rng);
+        fuse(&mut st, &y_oof)
+    });
     for epoch in 0..warmup {
-        let stats = int_trainer.epoch(
-            &mut integrator,
-            settings,
-            features,
-            &instances,
-            &cons.a,
-            &cons.b,
-            &y_bc,
-            &w,
-            epoch as u32,
-        )?;
+        let stats = timed(&mut timing.integrator, || {
+            int_trainer.epoch(
+                &mut integrator,
+                settings,
+                features,
+                &instances,
+                &cons.a,
+                &cons.b,
+                &y_bc,
+                &w,
+                epoch as u32,
+            )
+        })?;
         curve.push(stats);
     }
     if s.diagnostics_every > 0 && !diag.is_empty() {
-        diagnostics.push(diagnose(
-            &mut st,
-            &estimators,
-            &integrator,
-            diag,
-            &diag_inputs,
-            warmup as u32,
-        ));
+        diagnostics.push(timed(&mut timing.diagnostics, || {
+            diagnose(
+                &mut st,
+                &estimators,
+                &integrator,
+                diag,
+                &diag_inputs,
+                warmup as u32,
+            )
+        }));
     }
     // Stage II: iterative refinement.
     let enc_last = format!("encoder.{}", tp.settings.hidden.len());
@@ -645,35 +676,38 @@ pub fn run(
         for c in st.correctors.iter_mut() {
             perturb(&mut c.params, &cor_layers, s.perturb_std, &mut noise_rng);
         }
-        let y_int = integrator.predict_pairs(features, &cons.a, &cons.b);
-        train_estimators(&mut estimators, &mut trainers, &y_int, &w, t as u32)?;
-        y_oof = oof(&estimators);
-        st.fit_correctors(&y_oof, &mut cor_rng);
-        (y_bc, w) = fuse(&mut st, &y_oof);
-        let stats = int_trainer.epoch(
-            &mut integrator,
-            settings,
-            features,
-            &instances,
-            &cons.a,
-            &cons.b,
-            &y_bc,
-            &w,
-            t as u32,
-        )?;
+        let y_int = timed(&mut timing.integrator, || {
+            integrator.predict_pairs(features, &cons.a, &cons.b)
+        });
+        timed(&mut timing.estimators, || {
+            train_estimators(&mut estimators, &mut trainers, &y_int, &w, t as u32)
+        })?;
+        y_oof = timed(&mut timing.estimators, || oof(&estimators));
+        (y_bc, w) = timed(&mut timing.correctors, || {
+            st.fit_correctors(&y_oof, &mut cor_rng);
+            fuse(&mut st, &y_oof)
+        });
+        let stats = timed(&mut timing.integrator, || {
+            int_trainer.epoch(
+                &mut integrator,
+                settings,
+                features,
+                &instances,
+                &cons.a,
+                &cons.b,
+                &y_bc,
+                &w,
+                t as u32,
+            )
+        })?;
         let t1 = t as u32 + 1;
         if s.diagnostics_every > 0
             && !diag.is_empty()
             && (t1 as usize - warmup).is_multiple_of(s.diagnostics_every)
         {
-            diagnostics.push(diagnose(
-                &mut st,
-                &estimators,
-                &integrator,
-                diag,
-                &diag_inputs,
-                t1,
-            ));
+            diagnostics.push(timed(&mut timing.diagnostics, || {
+                diagnose(&mut st, &estimators, &integrator, diag, &diag_inputs, t1)
+            }));
         }
         let mean_w = w.iter().map(|&v| v as f64).sum::<f64>() / m as f64;
         monitor.progress(
@@ -700,6 +734,7 @@ pub fn run(
         curve,
         diagnostics,
         seconds_per_iteration,
+        timing,
     })
 }
 

@@ -379,6 +379,8 @@ pub struct Trained {
     pub embeddings: Vec<f32>,
     pub dim: usize,
     pub curve: Vec<EpochStats>,
+    /// Wall time per training epoch (for the benchmark).
+    pub seconds_per_epoch: f64,
 }
 
 /// Train ProbPair / Weighted ProbPair on `constraints`.
@@ -404,6 +406,7 @@ pub fn run(
     let settings = &p.settings;
     let mut trainer = Trainer::new(&model, settings, p.seed, "probpair");
     let mut curve = Vec::new();
+    let started = std::time::Instant::now();
     for epoch in 0..settings.epochs {
         let s = trainer.epoch(
             &mut model,
@@ -429,11 +432,13 @@ pub fn run(
             last.loss, last.pair_loss, last.rec_loss, last.m, last.t
         ));
     }
+    let seconds_per_epoch = started.elapsed().as_secs_f64() / settings.epochs.max(1) as f64;
     let embeddings = model.ae.embed(&model.params, &features.x, features.dim);
     Ok(Trained {
         embeddings,
         dim: p.embedding_dim,
         curve,
+        seconds_per_epoch,
     })
 }
 
