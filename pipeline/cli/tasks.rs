@@ -184,19 +184,33 @@ pub struct TrainTask {
     pub params: train::TrainParams,
 }
 
+/// Features, training constraints and (with pretraining) the SDAE weights of a training node.
+fn training_inputs(
+    ctx: &TaskContext,
+    pretrained: bool,
+) -> Result<
+    (
+        features::Features,
+        constraints::Constraints,
+        Option<Vec<u8>>,
+    ),
+    TaskError,
+> {
+    let f = load_features(ctx)?;
+    let c =
+        constraints::Constraints::from_parquet(ctx.input("constraints")?, "constraints artifact")
+            .map_err(stage_err)?;
+    let weights = if pretrained {
+        Some(ctx.input("weights")?.to_vec())
+    } else {
+        None
+    };
+    Ok((f, c, weights))
+}
+
 impl Task for TrainTask {
     fn run(&self, ctx: &mut TaskContext) -> Result<(), TaskError> {
-        let f = load_features(ctx)?;
-        let c = constraints::Constraints::from_parquet(
-            ctx.input("constraints")?,
-            "constraints artifact",
-        )
-        .map_err(stage_err)?;
-        let weights = if self.params.pretrained {
-            Some(ctx.input("weights")?.to_vec())
-        } else {
-            None
-        };
+        let (f, c, weights) = training_inputs(ctx, self.params.pretrained)?;
         let r = train::run(&self.params, &f, &c, weights.as_deref(), &mut Mon(ctx))
             .map_err(stage_err)?;
         if let Some(last) = r.curve.last() {
@@ -221,20 +235,10 @@ pub struct EciTask {
 
 impl Task for EciTask {
     fn run(&self, ctx: &mut TaskContext) -> Result<(), TaskError> {
-        let f = load_features(ctx)?;
-        let c = constraints::Constraints::from_parquet(
-            ctx.input("constraints")?,
-            "constraints artifact",
-        )
-        .map_err(stage_err)?;
+        let (f, c, weights) = training_inputs(ctx, self.params.pretrained)?;
         let d =
             constraints::Constraints::from_parquet(ctx.input("diagnostic")?, "diagnostic artifact")
                 .map_err(stage_err)?;
-        let weights = if self.params.pretrained {
-            Some(ctx.input("weights")?.to_vec())
-        } else {
-            None
-        };
         let r = eci::run(
             &self.params,
             &self.eci,

@@ -17,6 +17,7 @@ fn probpair_on_the_smoke_data_beats_kmeans_on_raw_pixels_in_nmi() {
         "--json",
         "--progress",
         "none",
+        "supervision=lv0.01",
         "method=probpair",
         "pretrain=true",
         "trial=1",

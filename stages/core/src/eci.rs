@@ -453,22 +453,12 @@ impl State<'_> {
         for (i, &v) in y_hat.iter().enumerate() {
             self.cor_inputs[i * self.input_dim] = v;
         }
-        let mut delta = vec![0f32; y_hat.len()];
-        for (e, c) in self.correctors.iter().enumerate() {
-            let members: Vec<usize> = (0..self.cons.len())
-                .filter(|&i| self.cons.expert[i] as usize == e)
-                .collect();
-            let mut rows = Vec::with_capacity(members.len() * self.input_dim);
-            for &i in &members {
-                rows.extend_from_slice(
-                    &self.cor_inputs[i * self.input_dim..(i + 1) * self.input_dim],
-                );
-            }
-            for (&i, d) in members.iter().zip(c.predict(&rows, self.input_dim)) {
-                delta[i] = d;
-            }
-        }
-        delta
+        route(
+            &self.correctors,
+            &self.cor_inputs,
+            self.input_dim,
+            &self.cons.expert,
+        )
     }
 
     /// Refit every expert's Corrector on Δ = ŷ_oof − y.
@@ -484,6 +474,25 @@ impl State<'_> {
         }
         epochs
     }
+}
+
+/// Δ̂ of every row of `inputs` (rows × input_dim) from the Corrector of its expert: each
+/// constraint is routed only to its own expert's module.
+fn route(correctors: &[Corrector], inputs: &[f32], input_dim: usize, experts: &[u16]) -> Vec<f32> {
+    let mut delta = vec![0f32; experts.len()];
+    for (e, c) in correctors.iter().enumerate() {
+        let members: Vec<usize> = (0..experts.len())
+            .filter(|&i| experts[i] as usize == e)
+            .collect();
+        let mut rows = Vec::with_capacity(members.len() * input_dim);
+        for &i in &members {
+            rows.extend_from_slice(&inputs[i * input_dim..(i + 1) * input_dim]);
+        }
+        for (&i, d) in members.iter().zip(c.predict(&rows, input_dim)) {
+            delta[i] = d;
+        }
+    }
+    delta
 }
 
 /// Run ECI-PP. `diag` is the held-out diagnostic set (may be empty).
@@ -777,17 +786,10 @@ fn diagnose(
     for (i, &v) in est.iter().enumerate() {
         rows[i * st.input_dim] = v as f32;
     }
-    let mut delta = vec![0f64; n];
-    for (e, c) in st.correctors.iter().enumerate() {
-        let members: Vec<usize> = (0..n).filter(|&i| diag.expert[i] as usize == e).collect();
-        let mut x = Vec::with_capacity(members.len() * st.input_dim);
-        for &i in &members {
-            x.extend_from_slice(&rows[i * st.input_dim..(i + 1) * st.input_dim]);
-        }
-        for (&i, d) in members.iter().zip(c.predict(&x, st.input_dim)) {
-            delta[i] = d as f64;
-        }
-    }
+    let delta: Vec<f64> = route(&st.correctors, &rows, st.input_dim, &diag.expert)
+        .into_iter()
+        .map(f64::from)
+        .collect();
     let y_int = integrator.predict_pairs(st.features, &diag.a, &diag.b);
     let corrupted: Vec<bool> = diag.corrupted.iter().map(|c| c.unwrap_or(false)).collect();
     let (mut gaps, mut gaps_oracle) = (Vec::with_capacity(n), Vec::with_capacity(n));
