@@ -23,13 +23,20 @@ fn probpair_on_the_smoke_data_beats_kmeans_on_raw_pixels_in_nmi() {
         "trial=1",
         "--set",
         "supervision.lv0.01.level=0.1",
+        "--set",
+        "train.epochs=30",
     ]);
     assert_eq!(r.code, 0, "{r:?}");
     let m = manifest(
         &env,
         "smoke",
         "metrics/mnist5k/lv0.01/probpair/pre/t1",
-        &["--set", "supervision.lv0.01.level=0.1"],
+        &[
+            "--set",
+            "supervision.lv0.01.level=0.1",
+            "--set",
+            "train.epochs=30",
+        ],
     );
     let digest = m["outputs"]["metrics"]["digest"]
         .as_str()
