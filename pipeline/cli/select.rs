@@ -18,15 +18,6 @@ pub const KEYS: [&str; 9] = [
     "trial",
     "stage",
 ];
-const CELL_KEYS: [&str; 7] = [
-    "dataset",
-    "supervision",
-    "method",
-    "pretrain",
-    "corruption",
-    "budget",
-    "trial",
-];
 
 /// Parsed selectors.
 #[derive(Clone, Debug, Default)]
@@ -40,7 +31,8 @@ impl Selection {
     }
 
     pub fn has_cell_filters(&self) -> bool {
-        self.filters.keys().any(|k| CELL_KEYS.contains(&k.as_str()))
+        // Every key but `target` and `stage` picks cells.
+        self.filters.keys().any(|k| k != "target" && k != "stage")
     }
 
     fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
