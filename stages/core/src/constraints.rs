@@ -114,6 +114,28 @@ impl Constraints {
         })
     }
 
+    /// Record the judgment `clean` of expert `e` on (a, b) through the corruption channel:
+    /// with probability π it is replaced by a Uniform(0, 1) draw, which is returned.
+    fn observe(
+        &mut self,
+        a: u32,
+        b: u32,
+        e: usize,
+        clean: f32,
+        corruption: f64,
+        noise: &mut Stream,
+    ) -> Option<f32> {
+        let corrupted = noise.bernoulli(corruption);
+        let u = noise.uniform() as f32;
+        self.a.push(a);
+        self.b.push(b);
+        self.expert.push(e as u16);
+        self.y.push(if corrupted { u } else { clean });
+        self.y_clean.push(Some(clean));
+        self.corrupted.push(Some(corrupted));
+        corrupted.then_some(u)
+    }
+
     /// Check indices and values against the dataset: pairs within `rows`, on the training
     /// split (unless `test_split`), y finite in [0, 1]. `what` names the source.
     pub fn validate(&self, features: &Features, test_split: bool, what: &str) -> Result<()> {
@@ -211,15 +233,14 @@ pub fn generate(
         let mut pair_rng = Stream::new(seed, &["constraints", "pairs", &label]);
         let mut noise_rng = Stream::new(seed, &["constraints", "corruption", &label]);
         for (a, b) in sample_pairs(&train, share, &mut pair_rng, "constraint budget")? {
-            let clean = judgment(probs, e, a, b);
-            let corrupted = noise_rng.bernoulli(params.corruption);
-            let u = noise_rng.uniform() as f32;
-            out.a.push(a);
-            out.b.push(b);
-            out.expert.push(e as u16);
-            out.y.push(if corrupted { u } else { clean });
-            out.y_clean.push(Some(clean));
-            out.corrupted.push(Some(corrupted));
+            out.observe(
+                a,
+                b,
+                e,
+                judgment(probs, e, a, b),
+                params.corruption,
+                &mut noise_rng,
+            );
         }
     }
     let test = features.test_indices();
@@ -233,22 +254,22 @@ pub fn generate(
         .enumerate()
     {
         let e = i % n_experts;
-        let clean = judgment(probs, e, a, b);
-        let corrupted = noise.bernoulli(params.corruption);
-        let u = noise.uniform() as f32;
+        let u = diag.observe(
+            a,
+            b,
+            e,
+            judgment(probs, e, a, b),
+            params.corruption,
+            &mut noise,
+        );
         let oracle = if features.labels[a as usize] == features.labels[b as usize] {
             1.0
         } else {
             0.0
         };
-        diag.a.push(a);
-        diag.b.push(b);
-        diag.expert.push(e as u16);
-        diag.y.push(if corrupted { u } else { clean });
-        diag.y_clean.push(Some(clean));
-        diag.corrupted.push(Some(corrupted));
+        // The oracle variant goes through the same corruption draw.
         diag.oracle.push(oracle);
-        diag.y_oracle.push(if corrupted { u } else { oracle });
+        diag.y_oracle.push(u.unwrap_or(oracle));
     }
     Ok((out, diag))
 }

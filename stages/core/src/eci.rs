@@ -518,7 +518,6 @@ pub fn run(
     let settings = &tp.settings;
     let seed = tp.seed;
     let folds = assign_folds(m, s.folds, seed);
-    let instances = features.train_indices();
     // Models: K Estimators and the Integrator, all from the same pretrained weights.
     let mut estimators = Vec::with_capacity(s.folds);
     let mut trainers = Vec::with_capacity(s.folds);
@@ -526,12 +525,12 @@ pub fn run(
         let label = format!("estimator-{k}");
         let mut rng = Stream::new(seed, &["eci", "init", &label]);
         let model = ProbPairModel::new(tp, features.dim, pretrained, &mut rng)?;
-        trainers.push(Trainer::new(&model, settings, seed, &label));
+        trainers.push(Trainer::new(&model, settings, features, seed, &label));
         estimators.push(model);
     }
     let mut rng = Stream::new(seed, &["eci", "init", "integrator"]);
     let mut integrator = ProbPairModel::new(tp, features.dim, pretrained, &mut rng)?;
-    let mut int_trainer = Trainer::new(&integrator, settings, seed, "integrator");
+    let mut int_trainer = Trainer::new(&integrator, settings, features, seed, "integrator");
     let (subsets, holdouts) = fold_sets(&folds, s.folds);
     // Corrector inputs: [ŷ; x_a ⊙ x_b; |x_a − x_b|].
     let input_dim = 1 + 2 * features.dim;
@@ -597,7 +596,7 @@ pub fn run(
                 let y: Vec<f32> = idx.iter().map(|&i| targets[i]).collect();
                 let w: Vec<f32> = idx.iter().map(|&i| weights[i]).collect();
                 trainer
-                    .epoch(model, settings, features, &instances, &a, &b, &y, &w, epoch)
+                    .epoch(model, features, &a, &b, &y, &w, epoch)
                     .map(|_| ())
             })
             .collect::<Result<Vec<()>>>()
@@ -642,9 +641,7 @@ pub fn run(
         let stats = timed(&mut timing.integrator, || {
             int_trainer.epoch(
                 &mut integrator,
-                settings,
                 features,
-                &instances,
                 &cons.a,
                 &cons.b,
                 &y_bc,
@@ -699,9 +696,7 @@ pub fn run(
         let stats = timed(&mut timing.integrator, || {
             int_trainer.epoch(
                 &mut integrator,
-                settings,
                 features,
-                &instances,
                 &cons.a,
                 &cons.b,
                 &y_bc,

@@ -241,32 +241,43 @@ pub struct Trainer {
     opt: Adam<f32, Dev>,
     graph: G,
     batch_rng: Stream,
+    settings: TrainSettings,
+    /// Training instances for the reconstruction term.
+    instances: Vec<usize>,
 }
 
 impl Trainer {
-    pub fn new(model: &ProbPairModel, p: &TrainSettings, seed: u64, rng_label: &str) -> Self {
+    pub fn new(
+        model: &ProbPairModel,
+        p: &TrainSettings,
+        x: &Features,
+        seed: u64,
+        rng_label: &str,
+    ) -> Self {
         Trainer {
+            settings: p.clone(),
+            instances: x.train_indices(),
             opt: Adam::new(&model.params, vec![p.lr, p.readout_lr]),
             graph: G::new(Dev::default()),
             batch_rng: Stream::new(seed, &["train", "batches", rng_label]),
         }
     }
 
-    /// One epoch over constraints `cons` (indices into a, b, targets, weights) with the
-    /// reference code's instance batching over `instances`.
+    /// One epoch over the pairs (a_i, b_i) with their targets and weights, with the
+    /// reference code's instance batching over the training instances.
     #[allow(clippy::too_many_arguments)]
     pub fn epoch(
         &mut self,
         model: &mut ProbPairModel,
-        p: &TrainSettings,
         x: &Features,
-        instances: &[usize],
         a: &[u32],
         b: &[u32],
         targets: &[f32],
         weights: &[f32],
         epoch: u32,
     ) -> Result<EpochStats> {
+        let p = &self.settings;
+        let instances = &self.instances;
         let m_total = a.len();
         let bs = p.batch_size.max(1);
         let n_batches = m_total.div_ceil(bs).max(1);
@@ -402,17 +413,14 @@ pub fn run(
         Weighting::None => vec![1.0; constraints.len()],
         Weighting::Kappa => kappa(&constraints.y),
     };
-    let instances = features.train_indices();
     let settings = &p.settings;
-    let mut trainer = Trainer::new(&model, settings, p.seed, "probpair");
+    let mut trainer = Trainer::new(&model, settings, features, p.seed, "probpair");
     let mut curve = Vec::new();
     let started = std::time::Instant::now();
     for epoch in 0..settings.epochs {
         let s = trainer.epoch(
             &mut model,
-            settings,
             features,
-            &instances,
             &constraints.a,
             &constraints.b,
             &constraints.y,
