@@ -17,6 +17,11 @@ pub struct Cli {
     /// More logging (-v: node logs, -vv: debug, including key material).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// Device that trains networks: auto (a GPU when one is usable, else the CPU), cpu, cuda or
+    /// cuda:N (default: $UPCC_DEVICE, else auto). It names the numerics class of training
+    /// nodes, so CPU and GPU results never answer for each other.
+    #[arg(long, global = true, value_name = "auto|cpu|cuda[:N]")]
+    pub device: Option<String>,
     #[command(subcommand)]
     pub command: Command,
 }

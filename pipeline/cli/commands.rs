@@ -12,6 +12,7 @@ use upcc_engine::{
 };
 
 use crate::cli::{ExplainArgs, GcArgs, ProgressArg, RunArgs, SpecArgs};
+use crate::device::{Compute, DeviceRequest};
 use crate::error::{CliError, Result};
 use crate::graph::{build, Built};
 use crate::select::{self, Selection};
@@ -46,24 +47,42 @@ fn default_threads() -> usize {
         .unwrap_or(1)
 }
 
+/// What every subcommand shares: the store and device flags.
+pub struct Env {
+    pub store: Option<PathBuf>,
+    pub device: Option<String>,
+    pub verbose: u8,
+}
+
+impl Env {
+    /// The training device (`--device`, `$UPCC_DEVICE`, auto). `quiet` suppresses the
+    /// fallback info line (for JSON output).
+    pub fn compute(&self, quiet: bool) -> Result<std::sync::Arc<Compute>> {
+        Compute::resolve(DeviceRequest::from_flag(self.device.as_deref())?, quiet)
+    }
+}
+
 struct Loaded {
     spec: Spec,
     built: Built,
     selection: Selection,
+    compute: std::sync::Arc<Compute>,
 }
 
-fn load(args: &SpecArgs, threads: usize) -> Result<Loaded> {
+fn load(args: &SpecArgs, threads: usize, env: &Env) -> Result<Loaded> {
     let (spec_arg, selectors) = args
         .spec_and_selectors
         .split_first()
         .expect("clap requires a spec");
     let spec = spec::load(spec_arg, &args.set)?;
-    let built = build(&spec, threads)?;
+    let compute = env.compute(args.json)?;
+    let built = build(&spec, threads, compute.clone())?;
     let selection = select::parse(selectors, &built)?;
     Ok(Loaded {
         spec,
         built,
         selection,
+        compute,
     })
 }
 
@@ -92,13 +111,19 @@ fn cpu_description() -> String {
     format!("{model}{}", if avx512 { " (avx512f)" } else { "" })
 }
 
-fn provenance(run_id: String) -> ProvenanceBase {
-    let libraries = option_env!("UPCC_LIBRARIES")
+fn provenance(run_id: String, compute: &Compute) -> ProvenanceBase {
+    let mut libraries: BTreeMap<String, String> = option_env!("UPCC_LIBRARIES")
         .unwrap_or("")
         .split(',')
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
+    let info = compute.info();
+    libraries.insert("device".into(), info.name.clone());
+    libraries.insert("numerics".into(), info.numerics.clone());
+    for (k, v) in info.facts {
+        libraries.insert(format!("device.{k}"), v);
+    }
     ProvenanceBase {
         tool: "upcc".into(),
         tool_version: env!("CARGO_PKG_VERSION").into(),
@@ -187,10 +212,11 @@ fn render_views(
     Ok(out)
 }
 
-pub fn run(args: &RunArgs, store_flag: &Option<PathBuf>) -> Result<i32> {
+pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
+    let store_flag = &env.store;
     let t0 = Instant::now();
     let threads = args.threads.unwrap_or_else(default_threads).max(1);
-    let loaded = load(&args.spec, threads)?;
+    let loaded = load(&args.spec, threads, env)?;
     let roots = select::roots(&loaded.selection, &loaded.built)?;
     let dag = loaded.built.dag.restrict(&roots);
     let store = open_store(store_flag, true)?;
@@ -218,15 +244,16 @@ pub fn run(args: &RunArgs, store_flag: &Option<PathBuf>) -> Result<i32> {
         keep_going: args.keep_going,
         force,
         progress,
-        provenance: provenance(run_id()),
+        provenance: provenance(run_id(), &loaded.compute),
         poll_interval: Duration::from_millis(250),
     };
     if progress != ProgressMode::Quiet {
         eprintln!(
-            "upcc: {} nodes in `{}`, store `{}`, {threads} threads",
+            "upcc: {} nodes in `{}`, store `{}`, {threads} threads, device {}",
             dag.len(),
             loaded.spec.display,
-            store.root().display()
+            store.root().display(),
+            loaded.compute.name()
         );
     }
     let report = engine_run(&dag, &store, &cfg)?;
@@ -302,8 +329,9 @@ fn status_word(s: NodeStatus) -> &'static str {
     }
 }
 
-pub fn status(args: &SpecArgs, store_flag: &Option<PathBuf>) -> Result<i32> {
-    let loaded = load(args, default_threads())?;
+pub fn status(args: &SpecArgs, env: &Env) -> Result<i32> {
+    let store_flag = &env.store;
+    let loaded = load(args, default_threads(), env)?;
     let roots = select::roots(&loaded.selection, &loaded.built)?;
     let dag = loaded.built.dag.restrict(&roots);
     // A store that does not exist yet is empty: report everything as missing, create nothing.
@@ -364,11 +392,12 @@ pub fn status(args: &SpecArgs, store_flag: &Option<PathBuf>) -> Result<i32> {
     Ok(0)
 }
 
-pub fn explain(args: &ExplainArgs, store_flag: &Option<PathBuf>, verbose: u8) -> Result<i32> {
+pub fn explain(args: &ExplainArgs, env: &Env) -> Result<i32> {
+    let (store_flag, verbose) = (&env.store, env.verbose);
     let spec_arg = &args.spec_and_node[0];
     let node_arg = &args.spec_and_node[1];
     let spec = spec::load(spec_arg, &args.set)?;
-    let built = build(&spec, default_threads())?;
+    let built = build(&spec, default_threads(), env.compute(args.json)?)?;
     let dag = &built.dag;
     let path = store_path(store_flag);
     let store = if path.join("STORE.json").exists() {
@@ -613,15 +642,20 @@ pub fn verify(store_flag: &Option<PathBuf>) -> Result<i32> {
     }
 }
 
-pub fn gc(args: &GcArgs, store_flag: &Option<PathBuf>) -> Result<i32> {
-    let store = open_store(store_flag, false)?;
+pub fn gc(args: &GcArgs, env: &Env) -> Result<i32> {
+    let store = open_store(&env.store, false)?;
     let mut keep: BTreeSet<Digest<NodeKeyTag>> = BTreeSet::new();
+    // Results of every device class in the store are kept, not only this machine's: a `gc` on
+    // a login node without a GPU must not delete what the GPU nodes computed.
+    let classes = numerics_classes(&store)?;
     for s in &args.specs {
         let spec = spec::load(s, &[])?;
-        let built = build(&spec, 1)?;
-        for e in plan(&built.dag, &store, &spec.file.name)? {
-            if e.status == NodeStatus::Fresh {
-                keep.insert(e.key.expect("fresh nodes have keys"));
+        for class in &classes {
+            let built = crate::graph::build_for_numerics(&spec, class)?;
+            for e in plan(&built.dag, &store, &spec.file.name)? {
+                if e.status == NodeStatus::Fresh {
+                    keep.insert(e.key.expect("fresh nodes have keys"));
+                }
             }
         }
     }
@@ -642,4 +676,17 @@ pub fn gc(args: &GcArgs, store_flag: &Option<PathBuf>) -> Result<i32> {
         r.objects_kept
     );
     Ok(0)
+}
+
+/// The numerics classes of training results in the store (always including the CPU's).
+fn numerics_classes(store: &Store) -> Result<BTreeSet<String>> {
+    let mut classes = BTreeSet::from([Compute::cpu().numerics()]);
+    for key in store.list_manifests()? {
+        if let Ok(Some(m)) = store.read_manifest(&key) {
+            if m.material.numerics != "exact" {
+                classes.insert(m.material.numerics.clone());
+            }
+        }
+    }
+    Ok(classes)
 }

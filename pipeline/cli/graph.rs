@@ -12,7 +12,9 @@ use upcc_engine::{
 };
 use upcc_report::TableLayout;
 use upcc_stages::features::{DataFormat, FeatureParams, Split, SplitKind};
-use upcc_stages::{cluster, constraints, eci, expert, features, metrics, nets, pretrain, train};
+use upcc_stages::{cluster, constraints, eci, expert, features, metrics, pretrain, train};
+
+use crate::device::Compute;
 
 use crate::error::{CliError, Result};
 use crate::spec::{axes_of, embedded, Spec, SupervisionSpec, TargetKind};
@@ -63,6 +65,9 @@ struct Builder<'a> {
     spec: &'a Spec,
     b: DagBuilder,
     threads: usize,
+    compute: Arc<Compute>,
+    /// Numerics class of the nodes that train networks (from the device).
+    numerics: String,
     /// Optional axes that appear in node ids (those some target of the spec varies).
     id_axes: BTreeSet<&'static str>,
 }
@@ -213,17 +218,22 @@ fn expert_node(
     ]);
     let pj = params_json(&ep)?;
     let resources = bd.all(1024);
+    let numerics = bd.numerics.clone();
+    let compute = bd.compute.clone();
     bd.add(
         format!("expert/{ds}/{sup}/t{seed}"),
         "expert",
         expert::VERSION,
         pj,
-        nets::NUMERICS,
+        &numerics,
         vec![Builder::node_input("features", feat, "features")],
         &["probs", "experts"],
         labels,
         resources,
-        Arc::new(ExpertTask { params: ep }),
+        Arc::new(ExpertTask {
+            params: ep,
+            compute,
+        }),
     )
     .map(Some)
 }
@@ -240,8 +250,24 @@ fn cell_suffix(id_axes: &BTreeSet<&str>, corruption: f64, budget: usize) -> Stri
     s
 }
 
-/// Build the full DAG of a spec.
-pub fn build(spec: &Spec, threads: usize) -> Result<Built> {
+/// Build the full DAG of a spec for `threads` CPU threads and the training device `compute`.
+pub fn build(spec: &Spec, threads: usize, compute: Arc<Compute>) -> Result<Built> {
+    let numerics = compute.numerics();
+    build_with(spec, threads, compute, numerics)
+}
+
+/// The DAG whose training nodes carry numerics class `numerics`, for planning only (which
+/// results of that device class are in the store); its tasks would compute on the CPU.
+pub fn build_for_numerics(spec: &Spec, numerics: &str) -> Result<Built> {
+    build_with(spec, 1, Compute::cpu(), numerics.to_string())
+}
+
+fn build_with(
+    spec: &Spec,
+    threads: usize,
+    compute: Arc<Compute>,
+    numerics: String,
+) -> Result<Built> {
     let mut id_axes = BTreeSet::new();
     for t in spec.file.targets.values() {
         if t.grid.corruption.is_some() {
@@ -255,6 +281,8 @@ pub fn build(spec: &Spec, threads: usize) -> Result<Built> {
         spec,
         b: DagBuilder::new(),
         threads: threads.max(1),
+        numerics,
+        compute,
         id_axes,
     };
     let params = &spec.file.params;
@@ -568,17 +596,22 @@ fn chain(
             ("dataset".to_string(), ds.to_string()),
         ]);
         let pj = params_json(&pp)?;
+        let numerics = bd.numerics.clone();
+        let compute = bd.compute.clone();
         Some(bd.add(
             id,
             "pretrain",
             pretrain::VERSION,
             pj,
-            nets::NUMERICS,
+            &numerics,
             vec![Builder::node_input("features", feat, "features")],
             &["weights", "curve"],
             labels,
             bd.all(2048),
-            Arc::new(PretrainTask { params: pp }),
+            Arc::new(PretrainTask {
+                params: pp,
+                compute,
+            }),
         )?)
     } else {
         None
@@ -602,18 +635,23 @@ fn chain(
     }
     let mut pj = params_json(&tp)?;
     pj["method"] = json!(kind.name());
+    let numerics = bd.numerics.clone();
+    let compute = bd.compute.clone();
     let tr = match resolved.eci {
         None => bd.add(
             format!("train/{cell}"),
             "train",
             train::VERSION,
             pj,
-            nets::NUMERICS,
+            &numerics,
             inputs,
             &["embeddings", "curve"],
             labels.clone(),
             bd.all(2048),
-            Arc::new(TrainTask { params: tp }),
+            Arc::new(TrainTask {
+                params: tp,
+                compute,
+            }),
         )?,
         Some(eci_settings) => {
             // ECI-PP also reads the held-out diagnostic set and writes diagnostics.
@@ -624,7 +662,7 @@ fn chain(
                 "eci-pp",
                 eci::VERSION,
                 pj,
-                nets::NUMERICS,
+                &numerics,
                 inputs,
                 &["embeddings", "curve", "diagnostics"],
                 labels.clone(),
@@ -632,6 +670,7 @@ fn chain(
                 Arc::new(EciTask {
                     params: tp,
                     eci: eci_settings,
+                    compute,
                 }),
             )?
         }

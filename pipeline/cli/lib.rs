@@ -4,6 +4,7 @@
 
 pub mod cli;
 pub mod commands;
+pub mod device;
 pub mod error;
 pub mod graph;
 pub mod select;
@@ -23,12 +24,17 @@ pub fn main_entry() -> i32 {
         }
     };
     init_tracing(cli.verbose);
+    let env = commands::Env {
+        store: cli.store.clone(),
+        device: cli.device.clone(),
+        verbose: cli.verbose,
+    };
     let result = match &cli.command {
-        cli::Command::Run(a) => commands::run(a, &cli.store),
-        cli::Command::Status(a) => commands::status(a, &cli.store),
-        cli::Command::Explain(a) => commands::explain(a, &cli.store, cli.verbose),
-        cli::Command::Verify => commands::verify(&cli.store),
-        cli::Command::Gc(a) => commands::gc(a, &cli.store),
+        cli::Command::Run(a) => commands::run(a, &env),
+        cli::Command::Status(a) => commands::status(a, &env),
+        cli::Command::Explain(a) => commands::explain(a, &env),
+        cli::Command::Verify => commands::verify(&env.store),
+        cli::Command::Gc(a) => commands::gc(a, &env),
     };
     match result {
         Ok(code) => code,

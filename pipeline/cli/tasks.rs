@@ -3,6 +3,7 @@
 //! This is the only place that sees both the engine and the science.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use upcc_engine::{Task, TaskContext, TaskError};
 use upcc_report::{CellResult, ScoreRow, TableLayout};
@@ -10,6 +11,9 @@ use upcc_stages::table::PARQUET_MEDIA_TYPE;
 use upcc_stages::{
     cluster, constraints, eci, expert, features, metrics, pretrain, train, Monitor, StageError,
 };
+
+use crate::device::Compute;
+use crate::on_device;
 
 const MARKDOWN: &str = "text/markdown";
 const LATEX: &str = "application/x-latex";
@@ -31,7 +35,22 @@ fn stage_err(e: StageError) -> TaskError {
     match e {
         StageError::Input(m) => TaskError::Input(m),
         StageError::Failed(m) => TaskError::Failed(m),
+        StageError::Device(d) => TaskError::Failed(format!("device error: {d}")),
     }
+}
+
+/// The device one node computes on: the run's device, with its own stream on a GPU.
+fn node_device(compute: &Compute, ctx: &mut TaskContext) -> Result<Compute, TaskError> {
+    let c = match compute {
+        Compute::Cpu(c) => Compute::Cpu(*c),
+        #[cfg(feature = "cuda")]
+        Compute::Cuda(c) => Compute::Cuda(
+            c.fork()
+                .map_err(|e| TaskError::Failed(format!("device error: {e}")))?,
+        ),
+    };
+    ctx.log(format!("device {} ({})", c.name(), c.numerics()));
+    Ok(c)
 }
 
 fn parquet(
@@ -90,12 +109,16 @@ fn load_features(ctx: &TaskContext) -> Result<features::Features, TaskError> {
 
 pub struct ExpertTask {
     pub params: expert::ExpertParams,
+    pub compute: Arc<Compute>,
 }
 
 impl Task for ExpertTask {
     fn run(&self, ctx: &mut TaskContext) -> Result<(), TaskError> {
         let f = load_features(ctx)?;
-        let (probs, summaries) = expert::run(&self.params, &f, &mut Mon(ctx)).map_err(stage_err)?;
+        let dev = node_device(&self.compute, ctx)?;
+        let (probs, summaries) =
+            on_device!(&dev, |d| expert::run(d, &self.params, &f, &mut Mon(ctx)))
+                .map_err(stage_err)?;
         let accs: Vec<f64> = summaries.iter().map(|s| s.test_accuracy).collect();
         ctx.summary("test_accuracy", accs.clone());
         ctx.summary(
@@ -160,12 +183,15 @@ impl Task for ConstraintsFileTask {
 
 pub struct PretrainTask {
     pub params: pretrain::PretrainParams,
+    pub compute: Arc<Compute>,
 }
 
 impl Task for PretrainTask {
     fn run(&self, ctx: &mut TaskContext) -> Result<(), TaskError> {
         let f = load_features(ctx)?;
-        let r = pretrain::run(&self.params, &f, &mut Mon(ctx)).map_err(stage_err)?;
+        let dev = node_device(&self.compute, ctx)?;
+        let r = on_device!(&dev, |d| pretrain::run(d, &self.params, &f, &mut Mon(ctx)))
+            .map_err(stage_err)?;
         ctx.summary("train_mse_init", r.train_mse_before);
         ctx.summary("train_mse", r.train_mse_after);
         ctx.summary("test_mse", r.test_mse_after);
@@ -182,6 +208,7 @@ impl Task for PretrainTask {
 
 pub struct TrainTask {
     pub params: train::TrainParams,
+    pub compute: Arc<Compute>,
 }
 
 /// Features, training constraints and (with pretraining) the SDAE weights of a training node.
@@ -211,8 +238,16 @@ fn training_inputs(
 impl Task for TrainTask {
     fn run(&self, ctx: &mut TaskContext) -> Result<(), TaskError> {
         let (f, c, weights) = training_inputs(ctx, self.params.pretrained)?;
-        let r = train::run(&self.params, &f, &c, weights.as_deref(), &mut Mon(ctx))
-            .map_err(stage_err)?;
+        let dev = node_device(&self.compute, ctx)?;
+        let r = on_device!(&dev, |d| train::run(
+            d,
+            &self.params,
+            &f,
+            &c,
+            weights.as_deref(),
+            &mut Mon(ctx)
+        ))
+        .map_err(stage_err)?;
         if let Some(last) = r.curve.last() {
             ctx.summary("final_loss", last.loss);
             ctx.summary("m", last.m);
@@ -231,6 +266,7 @@ impl Task for TrainTask {
 pub struct EciTask {
     pub params: train::TrainParams,
     pub eci: eci::EciSettings,
+    pub compute: Arc<Compute>,
 }
 
 impl Task for EciTask {
@@ -239,7 +275,9 @@ impl Task for EciTask {
         let d =
             constraints::Constraints::from_parquet(ctx.input("diagnostic")?, "diagnostic artifact")
                 .map_err(stage_err)?;
-        let r = eci::run(
+        let dev = node_device(&self.compute, ctx)?;
+        let r = on_device!(&dev, |dv| eci::run(
+            dv,
             &self.params,
             &self.eci,
             &f,
@@ -247,7 +285,7 @@ impl Task for EciTask {
             &d,
             weights.as_deref(),
             &mut Mon(ctx),
-        )
+        ))
         .map_err(stage_err)?;
         ctx.summary("seconds_per_epoch", r.seconds_per_iteration);
         let epochs = self.params.settings.epochs.max(1) as f64;

@@ -7,6 +7,7 @@ mod cache;
 mod concurrency;
 mod corruption;
 mod determinism;
+mod device;
 mod eci;
 mod gc;
 mod interop;

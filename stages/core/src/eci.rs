@@ -7,16 +7,28 @@
 //! diagnostic set are recorded per iteration.
 
 use serde::{Deserialize, Serialize};
-use upcc_nn::{softplus, Act, Adam, Mlp, Params, Stream, WeightInit};
+use upcc_nn::{Act, Adam, Device, Ix, Mlp, Params, Stream, WeightInit};
+
+pub use upcc_nn::science::{bayesian_confidence, screen, softclip};
 
 use crate::constraints::Constraints;
 use crate::error::{Monitor, Result, StageError};
 use crate::features::Features;
-use crate::nets::{Dev, G, P};
+use crate::nets::{map_rows, PairIndex, Rows, G, P};
 use crate::table::TableBuilder;
-use crate::train::{kappa, EpochStats, ProbPairModel, TrainParams, Trainer};
+use crate::train::{kappa, EpochStats, PairBatches, ProbPairModel, TrainParams, Trainer};
 
 pub const VERSION: u32 = 1;
+
+/// The form of the Corrector's robust loss with transition δ (`corrector_huber`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CorrectorLoss {
+    /// ½r² inside, δ(|r| − ½δ) outside (PyTorch's `HuberLoss(delta=δ)`).
+    Huber,
+    /// ½r²/δ inside, |r| − ½δ outside (PyTorch's `SmoothL1Loss(beta=δ)`).
+    SmoothL1,
+}
 
 /// ECI-PP hyper-parameters (defaults: the paper's one global setting).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -34,6 +46,8 @@ pub struct EciSettings {
     pub corrector_lambda: f64,
     /// Huber transition δ of the Corrector loss.
     pub corrector_huber: f64,
+    /// Form of the Corrector's robust loss (FIDELITY.md).
+    pub corrector_loss: CorrectorLoss,
     pub corrector_epochs: usize,
     pub corrector_patience: usize,
     /// Fraction of each expert's constraints held out for the Corrector's early stopping.
@@ -61,6 +75,7 @@ impl Default for EciSettings {
             corrector_hidden: vec![64, 16],
             corrector_lambda: 0.5,
             corrector_huber: 0.1,
+            corrector_loss: CorrectorLoss::Huber,
             corrector_epochs: 50,
             corrector_patience: 10,
             corrector_validation: 0.1,
@@ -73,25 +88,6 @@ impl Default for EciSettings {
             diagnostics_every: 1,
         }
     }
-}
-
-/// softclip_ξ(u) = ξ⁻¹ softplus(ξu) − ξ⁻¹ softplus(ξ(u − 1)): a smooth map into (0, 1).
-pub fn softclip(u: f64, xi: f64) -> f64 {
-    (softplus(xi * u) - softplus(xi * (u - 1.0))) / xi
-}
-
-/// Eq. 10: y_cor = softclip(y + Δ̂), gap = |softclip(ŷ_oof) − y_cor|, w = (1 − gap)^γ.
-pub fn screen(y: f64, delta: f64, y_oof: f64, xi: f64, gamma: f64) -> (f64, f64, f64) {
-    let y_cor = softclip(y + delta, xi);
-    let gap = (softclip(y_oof, xi) - y_cor).abs();
-    let w = (1.0 - gap).max(0.0).powf(gamma);
-    (y_cor, gap, w)
-}
-
-/// Eq. 11: y_BC = (y + n·y_cor)/(1 + n) with n = n0·w.
-pub fn bayesian_confidence(y: f64, y_cor: f64, w: f64, n0: f64) -> f64 {
-    let n = n0 * w;
-    (y + n * y_cor) / (1.0 + n)
 }
 
 /// Balanced fold of every constraint: position in a seeded permutation modulo K.
@@ -192,20 +188,73 @@ fn pair_features(x: &Features, a: u32, b: u32, out: &mut Vec<f32>) {
     out.extend(ra.iter().zip(rb).map(|(p, q)| (p - q).abs()));
 }
 
-/// One expert's Corrector: an MLP on [ŷ_oof; φ] with a tanh output, Δ̂ ∈ (−1, 1).
-pub struct Corrector {
-    params: P,
-    mlp: Mlp,
-    /// Constraint indices (into the constraint set) this expert trains and validates on.
-    train: Vec<usize>,
-    valid: Vec<usize>,
+/// Corrector input rows [ŷ; φ] of a pair set, on the device (ŷ, column 0, filled in per
+/// iteration), and the members of each expert (ascending) for routing.
+struct CorrectorInputs<D: Device<f32>> {
+    rows: D::Buf,
+    n: usize,
+    members: Vec<(D::Idx, usize)>,
 }
 
-impl Corrector {
-    fn new(s: &EciSettings, input_dim: usize, members: &[usize], seed: u64, expert: usize) -> Self {
+impl<D: Device<f32>> CorrectorInputs<D> {
+    fn new(dev: &D, x: &Features, pairs: &Constraints, n_experts: usize) -> Result<Self> {
+        let input_dim = 1 + 2 * x.dim;
+        let mut v = Vec::with_capacity(pairs.len() * input_dim);
+        for i in 0..pairs.len() {
+            v.push(0.0);
+            pair_features(x, pairs.a[i], pairs.b[i], &mut v);
+        }
+        let members = (0..n_experts)
+            .map(|e| {
+                let m: Vec<u32> = (0..pairs.len() as u32)
+                    .filter(|&i| pairs.expert[i as usize] as usize == e)
+                    .collect();
+                Ok((dev.upload_idx(&m)?, m.len()))
+            })
+            .collect::<Result<_>>()?;
+        Ok(CorrectorInputs {
+            rows: dev.upload(&v)?,
+            n: pairs.len(),
+            members,
+        })
+    }
+}
+
+/// Rows `idx[..n]` of a device matrix with `cols` columns, as a new device buffer.
+fn gather<D: Device<f32>>(
+    dev: &D,
+    x: &D::Buf,
+    cols: usize,
+    idx: &D::Idx,
+    n: usize,
+) -> Result<D::Buf> {
+    let mut out = dev.zeros(n * cols)?;
+    dev.gather_rows(x, cols, Ix::new(idx, 0, n), &mut out)?;
+    Ok(out)
+}
+
+/// One expert's Corrector: an MLP on [ŷ_oof; φ] with a tanh output, Δ̂ ∈ (−1, 1).
+pub struct Corrector<D: Device<f32>> {
+    params: P<D>,
+    mlp: Mlp,
+    /// Constraint indices (into the constraint set) this expert trains and validates on.
+    train: Vec<u32>,
+    valid: Vec<u32>,
+    valid_idx: D::Idx,
+}
+
+impl<D: Device<f32>> Corrector<D> {
+    fn new(
+        dev: &D,
+        s: &EciSettings,
+        input_dim: usize,
+        members: &[usize],
+        seed: u64,
+        expert: usize,
+    ) -> Result<Self> {
         let label = expert.to_string();
         let mut rng = Stream::new(seed, &["eci", "corrector", &label]);
-        let mut params = Params::new(Dev::default());
+        let mut params = Params::new(dev);
         let mut dims = vec![input_dim];
         dims.extend_from_slice(&s.corrector_hidden);
         dims.push(1);
@@ -218,7 +267,7 @@ impl Corrector {
             WeightInit::Torch,
             0,
             &mut rng,
-        );
+        )?;
         let mut order = members.to_vec();
         rng.shuffle(&mut order);
         let n_valid = if order.len() >= 10 {
@@ -226,105 +275,101 @@ impl Corrector {
         } else {
             0
         };
-        let valid = order[..n_valid].to_vec();
-        let mut train = order[n_valid..].to_vec();
+        let valid: Vec<u32> = order[..n_valid].iter().map(|&i| i as u32).collect();
+        let mut train: Vec<u32> = order[n_valid..].iter().map(|&i| i as u32).collect();
         train.sort_unstable();
-        Corrector {
+        Ok(Corrector {
             params,
             mlp,
             train,
+            valid_idx: dev.upload_idx(&valid)?,
             valid,
-        }
+        })
     }
 
-    /// Δ̂ for rows of an input matrix (rows × input_dim), no gradients.
-    fn predict(&self, input: &[f32], input_dim: usize) -> Vec<f32> {
-        let rows = input.len() / input_dim;
-        let mut out = Vec::with_capacity(rows);
-        let mut g = G::new(Dev::default());
-        for start in (0..rows).step_by(4096) {
-            let end = (start + 4096).min(rows);
-            g.reset();
-            let x = g.input(
-                &input[start * input_dim..end * input_dim],
-                end - start,
-                input_dim,
-            );
-            let y = self.mlp.forward(&mut g, &self.params, x, None);
-            out.extend(g.to_host(y));
-        }
-        out
+    /// Δ̂ for `n` rows (listed in `idx`) of the input matrix, on the device, no gradients.
+    fn predict(&self, inputs: &D::Buf, input_dim: usize, idx: &D::Idx, n: usize) -> Result<D::Buf> {
+        map_rows(
+            self.params.device(),
+            inputs,
+            input_dim,
+            Rows::Idx(idx, n),
+            4096,
+            1,
+            &mut |g, x| self.mlp.forward(g, &self.params, x, None),
+        )
     }
 
     /// Fit on (input rows, target Δ) of its constraints with early stopping on the held-out
-    /// part; keeps the best validation weights. Returns the epochs run.
+    /// part; keeps the best validation weights. Returns the epochs run. One validation loss
+    /// is read back per epoch.
     fn fit(
         &mut self,
         s: &EciSettings,
-        inputs: &[f32],
+        inputs: &D::Buf,
         input_dim: usize,
-        delta: &[f32],
+        delta: &D::Buf,
         rng: &mut Stream,
-    ) -> usize {
-        let gather = |idx: &[usize]| -> (Vec<f32>, Vec<f32>) {
-            let mut x = Vec::with_capacity(idx.len() * input_dim);
-            let mut t = Vec::with_capacity(idx.len());
-            for &i in idx {
-                x.extend_from_slice(&inputs[i * input_dim..(i + 1) * input_dim]);
-                t.push(delta[i]);
-            }
-            (x, t)
-        };
-        let (vx, vt) = gather(&self.valid);
-        let mut opt = Adam::new(&self.params, vec![s.corrector_lr]);
-        let mut g = G::new(Dev::default());
-        let loss_of = |this: &Corrector, x: &[f32], t: &[f32], g: &mut G| -> f64 {
-            if t.is_empty() {
-                return 0.0;
+    ) -> Result<usize> {
+        let dev = self.params.device().clone();
+        let nv = self.valid.len();
+        let vx = gather(&dev, inputs, input_dim, &self.valid_idx, nv)?;
+        let vt = gather(&dev, delta, 1, &self.valid_idx, nv)?;
+        let mut opt = Adam::new(&self.params, vec![s.corrector_lr])?;
+        let mut g = G::new(&dev)?;
+        let loss_of = |this: &Corrector<D>, g: &mut G<D>| -> Result<f64> {
+            if nv == 0 {
+                return Ok(0.0);
             }
             g.reset();
-            let xi = g.input(x, t.len(), input_dim);
-            let p = this.mlp.forward(g, &this.params, xi, None);
+            let xi = g.input_slice(&vx, 0, nv, input_dim)?;
+            let t = g.input_slice(&vt, 0, nv, 1)?;
+            let p = this.mlp.forward(g, &this.params, xi, None)?;
             let l = g.huber_l2(
                 p,
                 t,
                 None,
                 s.corrector_huber,
+                s.corrector_loss == CorrectorLoss::SmoothL1,
                 s.corrector_lambda,
-                t.len() as f64,
-            );
-            g.scalar(l)
+                nv as f64,
+            )?;
+            Ok(g.scalar(l)?)
         };
-        let mut best = (loss_of(self, &vx, &vt, &mut g), snapshot(&self.params));
+        let mut best = (loss_of(self, &mut g)?, self.params.snapshot()?);
         let mut wait = 0;
         let mut epochs = 0;
+        let bs = s.corrector_batch_size.max(1);
         for _ in 0..s.corrector_epochs {
             epochs += 1;
             let mut order = self.train.clone();
             rng.shuffle(&mut order);
-            for batch in order.chunks(s.corrector_batch_size.max(1)) {
-                let (x, t) = gather(batch);
+            let order_dev = dev.upload_idx(&order)?;
+            for (bi, batch) in order.chunks(bs).enumerate() {
+                let ix = Ix::new(&order_dev, bi * bs, batch.len());
                 g.reset();
                 self.params.zero_grads();
-                let xi = g.input(&x, batch.len(), input_dim);
-                let p = self.mlp.forward(&mut g, &self.params, xi, None);
+                let xi = g.input_rows(inputs, input_dim, ix)?;
+                let t = g.input_rows(delta, 1, ix)?;
+                let p = self.mlp.forward(&mut g, &self.params, xi, None)?;
                 let l = g.huber_l2(
                     p,
-                    &t,
+                    t,
                     None,
                     s.corrector_huber,
+                    s.corrector_loss == CorrectorLoss::SmoothL1,
                     s.corrector_lambda,
                     batch.len() as f64,
-                );
-                g.backward(l, &mut self.params);
-                opt.step(&mut self.params);
+                )?;
+                g.backward(l, &mut self.params)?;
+                opt.step(&mut self.params)?;
             }
             if self.valid.is_empty() {
                 continue;
             }
-            let v = loss_of(self, &vx, &vt, &mut g);
+            let v = loss_of(self, &mut g)?;
             if v < best.0 {
-                best = (v, snapshot(&self.params));
+                best = (v, self.params.snapshot()?);
                 wait = 0;
             } else {
                 wait += 1;
@@ -334,36 +379,9 @@ impl Corrector {
             }
         }
         if !self.valid.is_empty() {
-            restore(&mut self.params, &best.1);
+            self.params.restore(&best.1)?;
         }
-        epochs
-    }
-}
-
-fn snapshot(p: &P) -> Vec<Vec<f32>> {
-    p.ids().map(|id| p.to_host(id)).collect()
-}
-
-fn restore(p: &mut P, values: &[Vec<f32>]) {
-    let ids: Vec<_> = p.ids().collect();
-    for (id, v) in ids.into_iter().zip(values) {
-        p.set_host(id, v);
-    }
-}
-
-/// Add N(0, std²) to every value of the given parameters.
-fn perturb(p: &mut P, names: &[String], std: f64, rng: &mut Stream) {
-    if std <= 0.0 {
-        return;
-    }
-    for name in names {
-        if let Some(id) = p.id_of(name) {
-            let mut v = p.to_host(id);
-            for x in v.iter_mut() {
-                *x += (std * rng.normal()) as f32;
-            }
-            p.set_host(id, &v);
-        }
+        Ok(epochs)
     }
 }
 
@@ -379,6 +397,10 @@ pub struct Diagnostics {
     pub ap: f64,
     pub auc_oracle: f64,
     pub ap_oracle: f64,
+    /// Mean |Δ̂| over the training constraints (how much the Correctors correct).
+    pub mean_abs_delta: f64,
+    /// Mean screening weight w over the training constraints.
+    pub mean_w: f64,
 }
 
 pub fn diagnostics_to_parquet(d: &[Diagnostics]) -> Result<Vec<u8>> {
@@ -401,6 +423,11 @@ pub fn diagnostics_to_parquet(d: &[Diagnostics]) -> Result<Vec<u8>> {
         .f64("ap", d.iter().map(|x| x.ap).collect())
         .f64("auc_oracle", d.iter().map(|x| x.auc_oracle).collect())
         .f64("ap_oracle", d.iter().map(|x| x.ap_oracle).collect())
+        .f64(
+            "mean_abs_delta",
+            d.iter().map(|x| x.mean_abs_delta).collect(),
+        )
+        .f64("mean_w", d.iter().map(|x| x.mean_w).collect())
         .to_parquet()
 }
 
@@ -429,74 +456,162 @@ pub struct Timing {
     pub diagnostics: f64,
 }
 
-/// Time `f` and add its seconds to `acc`.
-fn timed<T>(acc: &mut f64, f: impl FnOnce() -> T) -> T {
+/// Time `f` and add its seconds to `acc` (after the device finished the work).
+fn timed<D: Device<f32>, T>(dev: &D, acc: &mut f64, f: impl FnOnce() -> Result<T>) -> Result<T> {
     let t0 = std::time::Instant::now();
-    let out = f();
+    let out = f()?;
+    dev.synchronize()?;
     *acc += t0.elapsed().as_secs_f64();
-    out
+    Ok(out)
 }
 
-struct State<'a> {
+/// Δ̂ of every pair of an input set from the Corrector of its expert: each pair is routed only
+/// to its own expert's module.
+fn route<D: Device<f32>>(
+    dev: &D,
+    correctors: &[Corrector<D>],
+    inputs: &CorrectorInputs<D>,
+    input_dim: usize,
+) -> Result<D::Buf> {
+    let mut delta = dev.zeros(inputs.n)?;
+    for (c, (idx, n)) in correctors.iter().zip(&inputs.members) {
+        if *n == 0 {
+            continue;
+        }
+        let d = c.predict(&inputs.rows, input_dim, idx, *n)?;
+        dev.scatter_add_rows(&d, 1, Ix::distinct(idx, 0, *n), &mut delta)?;
+    }
+    Ok(delta)
+}
+
+/// Everything an ECI-PP run keeps on the device.
+struct State<'a, D: Device<f32>> {
+    dev: D,
     s: &'a EciSettings,
     features: &'a Features,
     cons: &'a Constraints,
-    /// Corrector input rows: [placeholder ŷ; φ] per constraint, ŷ filled in per iteration.
-    cor_inputs: Vec<f32>,
+    x: D::Buf,
+    y: D::Buf,
+    cor_inputs: CorrectorInputs<D>,
     input_dim: usize,
-    correctors: Vec<Corrector>,
+    correctors: Vec<Corrector<D>>,
 }
 
-impl State<'_> {
+impl<D: Device<f32>> State<'_, D> {
     /// Δ̂ for every constraint given beliefs `y_hat` (writes ŷ into the input rows).
-    fn corrections(&mut self, y_hat: &[f32]) -> Vec<f32> {
-        for (i, &v) in y_hat.iter().enumerate() {
-            self.cor_inputs[i * self.input_dim] = v;
-        }
+    fn corrections(&mut self, y_hat: &D::Buf) -> Result<D::Buf> {
+        self.dev.set_column(
+            y_hat,
+            &mut self.cor_inputs.rows,
+            self.cor_inputs.n,
+            self.input_dim,
+            0,
+        )?;
         route(
+            &self.dev,
             &self.correctors,
             &self.cor_inputs,
             self.input_dim,
-            &self.cons.expert,
         )
     }
 
     /// Refit every expert's Corrector on Δ = ŷ_oof − y.
-    fn fit_correctors(&mut self, y_oof: &[f32], rng: &mut Stream) -> usize {
-        for (i, &v) in y_oof.iter().enumerate() {
-            self.cor_inputs[i * self.input_dim] = v;
-        }
-        let delta: Vec<f32> = y_oof.iter().zip(&self.cons.y).map(|(o, y)| o - y).collect();
+    fn fit_correctors(&mut self, y_oof: &D::Buf, rng: &mut Stream) -> Result<usize> {
+        let dev = &self.dev;
+        let m = self.cons.len();
+        dev.set_column(y_oof, &mut self.cor_inputs.rows, m, self.input_dim, 0)?;
+        let mut delta = dev.zeros(m)?;
+        dev.copy_range(y_oof, 0, &mut delta, 0, m)?;
+        dev.axpy(-1.0, &self.y, &mut delta)?;
         let mut epochs = 0;
-        let (inputs, dim, s) = (&self.cor_inputs, self.input_dim, self.s);
+        let (inputs, dim, s) = (&self.cor_inputs.rows, self.input_dim, self.s);
         for c in self.correctors.iter_mut() {
-            epochs += c.fit(s, inputs, dim, &delta, rng);
+            epochs += c.fit(s, inputs, dim, &delta, rng)?;
         }
-        epochs
+        Ok(epochs)
+    }
+
+    /// Corrections, screening and Bayesian-confidence fusion for every training constraint:
+    /// (y_BC, w, Δ̂), on the device.
+    fn fuse(&mut self, y_oof: &D::Buf) -> Result<(D::Buf, D::Buf, D::Buf)> {
+        let delta = self.corrections(y_oof)?;
+        let m = self.cons.len();
+        let (mut y_bc, mut w) = (self.dev.zeros(m)?, self.dev.zeros(m)?);
+        let s = self.s;
+        self.dev.eci_fuse(
+            &self.y, &delta, y_oof, s.xi, s.gamma, s.n0, &mut y_bc, &mut w,
+        )?;
+        Ok((y_bc, w, delta))
     }
 }
 
-/// Δ̂ of every row of `inputs` (rows × input_dim) from the Corrector of its expert: each
-/// constraint is routed only to its own expert's module.
-fn route(correctors: &[Corrector], inputs: &[f32], input_dim: usize, experts: &[u16]) -> Vec<f32> {
-    let mut delta = vec![0f32; experts.len()];
-    for (e, c) in correctors.iter().enumerate() {
-        let members: Vec<usize> = (0..experts.len())
-            .filter(|&i| experts[i] as usize == e)
-            .collect();
-        let mut rows = Vec::with_capacity(members.len() * input_dim);
-        for &i in &members {
-            rows.extend_from_slice(&inputs[i * input_dim..(i + 1) * input_dim]);
-        }
-        for (&i, d) in members.iter().zip(c.predict(&rows, input_dim)) {
-            delta[i] = d;
-        }
-    }
-    delta
+/// The K Estimators with their trainers and fold bookkeeping.
+struct Estimators<D: Device<f32>> {
+    models: Vec<ProbPairModel<D>>,
+    trainers: Vec<Trainer<D>>,
+    /// Per fold: the constraint ids Estimator k trains on, and its out-of-fold pairs.
+    subsets: Vec<Vec<u32>>,
+    holdouts: Vec<(D::Idx, usize, PairIndex<D>)>,
 }
 
-/// Run ECI-PP. `diag` is the held-out diagnostic set (may be empty).
-pub fn run(
+impl<D: Device<f32>> Estimators<D> {
+    /// One epoch of every Estimator on (targets, weights) over its folds: concurrently where
+    /// the device allows it (independent models; results do not depend on threads).
+    fn epoch(
+        &mut self,
+        st: &State<D>,
+        targets: &D::Buf,
+        weights: &D::Buf,
+        epoch: u32,
+    ) -> Result<()> {
+        use rayon::prelude::*;
+        let (x, dim, cons) = (&st.x, st.features.dim, st.cons);
+        let one = |model: &mut ProbPairModel<D>, trainer: &mut Trainer<D>, ids: &Vec<u32>| {
+            let data = PairBatches {
+                a: &cons.a,
+                b: &cons.b,
+                ids,
+                targets,
+                weights,
+            };
+            trainer.epoch(model, x, dim, &data, epoch).map(|_| ())
+        };
+        if st.dev.concurrent_models() {
+            self.models
+                .par_iter_mut()
+                .zip(self.trainers.par_iter_mut())
+                .zip(self.subsets.par_iter())
+                .map(|((m, t), ids)| one(m, t, ids))
+                .collect::<Result<Vec<()>>>()?;
+        } else {
+            for ((m, t), ids) in self
+                .models
+                .iter_mut()
+                .zip(&mut self.trainers)
+                .zip(&self.subsets)
+            {
+                one(m, t, ids)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// ŷ_oof: every constraint's belief from the one Estimator that did not train on it.
+    fn out_of_fold(&self, st: &State<D>) -> Result<D::Buf> {
+        let mut out = st.dev.zeros(st.cons.len())?;
+        for (model, (ids, n, pairs)) in self.models.iter().zip(&self.holdouts) {
+            let p = model.pair_probs(&st.x, st.features.dim, pairs)?;
+            st.dev
+                .scatter_add_rows(&p, 1, Ix::distinct(ids, 0, *n), &mut out)?;
+        }
+        Ok(out)
+    }
+}
+
+/// Run ECI-PP on device `dev`. `diag` is the held-out diagnostic set (may be empty).
+#[allow(clippy::too_many_arguments)]
+pub fn run<D: Device<f32>>(
+    dev: &D,
     tp: &TrainParams,
     s: &EciSettings,
     features: &Features,
@@ -518,57 +633,74 @@ pub fn run(
     let settings = &tp.settings;
     let seed = tp.seed;
     let folds = assign_folds(m, s.folds, seed);
+    let (subsets, holdouts) = fold_sets(&folds, s.folds);
     // Models: K Estimators and the Integrator, all from the same pretrained weights.
-    let mut estimators = Vec::with_capacity(s.folds);
-    let mut trainers = Vec::with_capacity(s.folds);
-    for k in 0..s.folds {
+    let mut est = Estimators {
+        models: Vec::with_capacity(s.folds),
+        trainers: Vec::with_capacity(s.folds),
+        subsets: subsets
+            .iter()
+            .map(|v| v.iter().map(|&i| i as u32).collect())
+            .collect(),
+        holdouts: Vec::with_capacity(s.folds),
+    };
+    for (k, hold) in holdouts.iter().enumerate() {
         let label = format!("estimator-{k}");
         let mut rng = Stream::new(seed, &["eci", "init", &label]);
-        let model = ProbPairModel::new(tp, features.dim, pretrained, &mut rng)?;
-        trainers.push(Trainer::new(&model, settings, features, seed, &label));
-        estimators.push(model);
+        let model = ProbPairModel::new(dev, tp, features.dim, pretrained, &mut rng)?;
+        est.trainers
+            .push(Trainer::new(&model, settings, features, seed, &label)?);
+        est.models.push(model);
+        let ids: Vec<u32> = hold.iter().map(|&i| i as u32).collect();
+        let a: Vec<u32> = hold.iter().map(|&i| cons.a[i]).collect();
+        let b: Vec<u32> = hold.iter().map(|&i| cons.b[i]).collect();
+        est.holdouts.push((
+            dev.upload_idx(&ids)?,
+            ids.len(),
+            PairIndex::new(dev, &a, &b)?,
+        ));
     }
     let mut rng = Stream::new(seed, &["eci", "init", "integrator"]);
-    let mut integrator = ProbPairModel::new(tp, features.dim, pretrained, &mut rng)?;
-    let mut int_trainer = Trainer::new(&integrator, settings, features, seed, "integrator");
-    let (subsets, holdouts) = fold_sets(&folds, s.folds);
+    let mut integrator = ProbPairModel::new(dev, tp, features.dim, pretrained, &mut rng)?;
+    let mut int_trainer = Trainer::new(&integrator, settings, features, seed, "integrator")?;
     // Corrector inputs: [ŷ; x_a ⊙ x_b; |x_a − x_b|].
     let input_dim = 1 + 2 * features.dim;
-    let mut cor_inputs = Vec::with_capacity(m * input_dim);
-    for i in 0..m {
-        cor_inputs.push(0.0);
-        pair_features(features, cons.a[i], cons.b[i], &mut cor_inputs);
-    }
     let n_experts = cons.n_experts().max(1);
     let correctors = (0..n_experts)
         .map(|e| {
             let members: Vec<usize> = (0..m).filter(|&i| cons.expert[i] as usize == e).collect();
-            Corrector::new(s, input_dim, &members, seed, e)
+            Corrector::new(dev, s, input_dim, &members, seed, e)
         })
-        .collect();
+        .collect::<Result<_>>()?;
     let mut st = State {
+        dev: dev.clone(),
         s,
         features,
         cons,
-        cor_inputs,
+        x: dev.upload(&features.x)?,
+        y: dev.upload(&cons.y)?,
+        cor_inputs: CorrectorInputs::new(dev, features, cons, n_experts)?,
         input_dim,
         correctors,
     };
+    let all_pairs = PairIndex::new(dev, &cons.a, &cons.b)?;
+    let all_ids: Vec<u32> = (0..m as u32).collect();
     let mut cor_rng = Stream::new(seed, &["eci", "corrector-batches"]);
     let mut noise_rng = Stream::new(seed, &["eci", "perturbation"]);
-    let kappa_w = if s.kappa_warmup {
+    let kappa_w = dev.upload(&if s.kappa_warmup {
         kappa(&cons.y)
     } else {
         vec![1.0; m]
-    };
-    // Diagnostic-set corrector inputs.
-    let diag_inputs: Vec<f32> = {
-        let mut v = Vec::with_capacity(diag.len() * input_dim);
-        for i in 0..diag.len() {
-            v.push(0.0);
-            pair_features(features, diag.a[i], diag.b[i], &mut v);
-        }
-        v
+    })?;
+    // The held-out diagnostic set.
+    let mut diag_set = if s.diagnostics_every > 0 && !diag.is_empty() {
+        Some(DiagSet {
+            inputs: CorrectorInputs::new(dev, features, diag, n_experts)?,
+            pairs: PairIndex::new(dev, &diag.a, &diag.b)?,
+            cons: diag,
+        })
+    } else {
+        None
     };
 
     let total = settings.epochs;
@@ -577,54 +709,25 @@ pub fn run(
     let mut diagnostics = Vec::new();
     let started = std::time::Instant::now();
     let mut timing = Timing::default();
-
-    // Estimator epochs in parallel (independent models; results do not depend on threads).
-    let train_estimators = |estimators: &mut Vec<ProbPairModel>,
-                            trainers: &mut Vec<Trainer>,
-                            targets: &[f32],
-                            weights: &[f32],
-                            epoch: u32|
-     -> Result<()> {
-        use rayon::prelude::*;
-        estimators
-            .par_iter_mut()
-            .zip(trainers.par_iter_mut())
-            .zip(subsets.par_iter())
-            .map(|((model, trainer), idx)| {
-                let a: Vec<u32> = idx.iter().map(|&i| cons.a[i]).collect();
-                let b: Vec<u32> = idx.iter().map(|&i| cons.b[i]).collect();
-                let y: Vec<f32> = idx.iter().map(|&i| targets[i]).collect();
-                let w: Vec<f32> = idx.iter().map(|&i| weights[i]).collect();
-                trainer
-                    .epoch(model, features, &a, &b, &y, &w, epoch)
-                    .map(|_| ())
-            })
-            .collect::<Result<Vec<()>>>()
-            .map(|_| ())
-    };
-    let oof = |estimators: &[ProbPairModel]| -> Vec<f32> {
-        let mut out = vec![0f32; m];
-        for (k, est) in estimators.iter().enumerate() {
-            let idx = &holdouts[k];
-            let a: Vec<u32> = idx.iter().map(|&i| cons.a[i]).collect();
-            let b: Vec<u32> = idx.iter().map(|&i| cons.b[i]).collect();
-            for (&i, p) in idx.iter().zip(est.predict_pairs(features, &a, &b)) {
-                out[i] = p;
-            }
+    fn int_data<'a, D: Device<f32>>(
+        cons: &'a Constraints,
+        ids: &'a [u32],
+        targets: &'a D::Buf,
+        weights: &'a D::Buf,
+    ) -> PairBatches<'a, D> {
+        PairBatches {
+            a: &cons.a,
+            b: &cons.b,
+            ids,
+            targets,
+            weights,
         }
-        out
-    };
+    }
 
     // Stage I: warm-up of the Estimators on (y, κ).
     for epoch in 0..warmup {
-        timed(&mut timing.estimators, || {
-            train_estimators(
-                &mut estimators,
-                &mut trainers,
-                &cons.y,
-                &kappa_w,
-                epoch as u32,
-            )
+        timed(dev, &mut timing.estimators, || {
+            est.epoch(&st, &st.y, &kappa_w, epoch as u32)
         })?;
         monitor.progress(
             epoch as u64 + 1,
@@ -632,36 +735,29 @@ pub fn run(
             &format!("warm-up {}/{warmup}", epoch + 1),
         );
     }
-    let mut y_oof = timed(&mut timing.estimators, || oof(&estimators));
-    let (mut y_bc, mut w) = timed(&mut timing.correctors, || {
-        st.fit_correctors(&y_oof, &mut cor_rng);
-        fuse(&mut st, &y_oof)
-    });
+    let mut y_oof = timed(dev, &mut timing.estimators, || est.out_of_fold(&st))?;
+    let (mut y_bc, mut w, mut delta) = timed(dev, &mut timing.correctors, || {
+        st.fit_correctors(&y_oof, &mut cor_rng)?;
+        st.fuse(&y_oof)
+    })?;
     for epoch in 0..warmup {
-        let stats = timed(&mut timing.integrator, || {
+        let stats = timed(dev, &mut timing.integrator, || {
             int_trainer.epoch(
                 &mut integrator,
-                features,
-                &cons.a,
-                &cons.b,
-                &y_bc,
-                &w,
+                &st.x,
+                features.dim,
+                &int_data::<D>(cons, &all_ids, &y_bc, &w),
                 epoch as u32,
             )
         })?;
         curve.push(stats);
     }
-    if s.diagnostics_every > 0 && !diag.is_empty() {
-        diagnostics.push(timed(&mut timing.diagnostics, || {
-            diagnose(
-                &mut st,
-                &estimators,
-                &integrator,
-                diag,
-                &diag_inputs,
-                warmup as u32,
-            )
-        }));
+    if let Some(d) = diag_set.as_mut() {
+        let mut rec = timed(dev, &mut timing.diagnostics, || {
+            diagnose(&mut st, &est.models, &integrator, d, warmup as u32)
+        })?;
+        rec.record_training(dev, &delta, &w)?;
+        diagnostics.push(rec);
     }
     // Stage II: iterative refinement.
     let enc_last = format!("encoder.{}", tp.settings.hidden.len());
@@ -670,50 +766,53 @@ pub fn run(
     let cor_layers = vec![format!("{cor_last}.weight"), format!("{cor_last}.bias")];
     for t in warmup..total {
         // Mild perturbation of the final linear layers between iterations.
-        for e in estimators.iter_mut() {
-            perturb(&mut e.params, &est_layers, s.perturb_std, &mut noise_rng);
+        for e in est.models.iter_mut() {
+            e.params
+                .perturb(&est_layers, s.perturb_std, &mut noise_rng)?;
         }
-        perturb(
-            &mut integrator.params,
-            &est_layers,
-            s.perturb_std,
-            &mut noise_rng,
-        );
+        integrator
+            .params
+            .perturb(&est_layers, s.perturb_std, &mut noise_rng)?;
         for c in st.correctors.iter_mut() {
-            perturb(&mut c.params, &cor_layers, s.perturb_std, &mut noise_rng);
+            c.params
+                .perturb(&cor_layers, s.perturb_std, &mut noise_rng)?;
         }
-        let y_int = timed(&mut timing.integrator, || {
-            integrator.predict_pairs(features, &cons.a, &cons.b)
-        });
-        timed(&mut timing.estimators, || {
-            train_estimators(&mut estimators, &mut trainers, &y_int, &w, t as u32)
+        let y_int = timed(dev, &mut timing.integrator, || {
+            integrator.pair_probs(&st.x, features.dim, &all_pairs)
         })?;
-        y_oof = timed(&mut timing.estimators, || oof(&estimators));
-        (y_bc, w) = timed(&mut timing.correctors, || {
-            st.fit_correctors(&y_oof, &mut cor_rng);
-            fuse(&mut st, &y_oof)
-        });
-        let stats = timed(&mut timing.integrator, || {
+        timed(dev, &mut timing.estimators, || {
+            est.epoch(&st, &y_int, &w, t as u32)
+        })?;
+        y_oof = timed(dev, &mut timing.estimators, || est.out_of_fold(&st))?;
+        (y_bc, w, delta) = timed(dev, &mut timing.correctors, || {
+            st.fit_correctors(&y_oof, &mut cor_rng)?;
+            st.fuse(&y_oof)
+        })?;
+        let stats = timed(dev, &mut timing.integrator, || {
             int_trainer.epoch(
                 &mut integrator,
-                features,
-                &cons.a,
-                &cons.b,
-                &y_bc,
-                &w,
+                &st.x,
+                features.dim,
+                &int_data::<D>(cons, &all_ids, &y_bc, &w),
                 t as u32,
             )
         })?;
         let t1 = t as u32 + 1;
-        if s.diagnostics_every > 0
-            && !diag.is_empty()
-            && (t1 as usize - warmup).is_multiple_of(s.diagnostics_every)
-        {
-            diagnostics.push(timed(&mut timing.diagnostics, || {
-                diagnose(&mut st, &estimators, &integrator, diag, &diag_inputs, t1)
-            }));
+        let mut mean_w = None;
+        if let Some(d) = diag_set.as_mut() {
+            if (t1 as usize - warmup).is_multiple_of(s.diagnostics_every) {
+                let mut rec = timed(dev, &mut timing.diagnostics, || {
+                    diagnose(&mut st, &est.models, &integrator, d, t1)
+                })?;
+                rec.record_training(dev, &delta, &w)?;
+                mean_w = Some(rec.mean_w);
+                diagnostics.push(rec);
+            }
         }
-        let mean_w = w.iter().map(|&v| v as f64).sum::<f64>() / m as f64;
+        let mean_w = match mean_w {
+            Some(v) => v,
+            None => mean(&dev.to_vec(&w)?),
+        };
         monitor.progress(
             t1 as u64,
             total as u64,
@@ -725,15 +824,18 @@ pub fn run(
     let seconds_per_iteration = started.elapsed().as_secs_f64() / (iterations + warmup) as f64;
     if let Some(last) = diagnostics.last() {
         monitor.log(&format!(
-            "held-out diagnostics at iteration {}: Brier est {:.4} cor {:.4} int {:.4}, gap {:.4}, AUC {:.3}, AP {:.3}",
-            last.iteration, last.brier_estimator, last.brier_corrected_clean, last.brier_integrator, last.gap_clean, last.auc, last.ap
+            "held-out diagnostics at iteration {}: Brier est {:.4} cor {:.4} int {:.4}, gap {:.4}, AUC {:.3}, AP {:.3}; mean |Δ̂| {:.4}, mean w {:.3}",
+            last.iteration, last.brier_estimator, last.brier_corrected_clean, last.brier_integrator, last.gap_clean, last.auc, last.ap, last.mean_abs_delta, last.mean_w
         ));
     }
-    let embeddings = integrator
-        .ae
-        .embed(&integrator.params, &features.x, features.dim);
+    let emb = integrator.ae.embed(
+        &integrator.params,
+        &st.x,
+        features.dim,
+        Rows::All(features.rows()),
+    )?;
     Ok(EciTrained {
-        embeddings,
+        embeddings: dev.to_vec(&emb)?,
         dim: tp.embedding_dim,
         curve,
         diagnostics,
@@ -742,50 +844,46 @@ pub fn run(
     })
 }
 
-/// Corrections, screening and Bayesian-confidence fusion for every training constraint.
-fn fuse(st: &mut State, y_oof: &[f32]) -> (Vec<f32>, Vec<f32>) {
-    let delta = st.corrections(y_oof);
-    let s = st.s;
-    let mut y_bc = Vec::with_capacity(delta.len());
-    let mut w = Vec::with_capacity(delta.len());
-    for i in 0..delta.len() {
-        let y = st.cons.y[i] as f64;
-        let (y_cor, _gap, wi) = screen(y, delta[i] as f64, y_oof[i] as f64, s.xi, s.gamma);
-        y_bc.push(bayesian_confidence(y, y_cor, wi, s.n0) as f32);
-        w.push(wi as f32);
-    }
-    (y_bc, w)
+fn mean(v: &[f32]) -> f64 {
+    v.iter().map(|&x| x as f64).sum::<f64>() / v.len().max(1) as f64
 }
 
-fn diagnose(
-    st: &mut State,
-    estimators: &[ProbPairModel],
-    integrator: &ProbPairModel,
-    diag: &Constraints,
-    inputs: &[f32],
+/// The held-out diagnostic pairs on the device.
+struct DiagSet<'a, D: Device<f32>> {
+    inputs: CorrectorInputs<D>,
+    pairs: PairIndex<D>,
+    cons: &'a Constraints,
+}
+
+fn diagnose<D: Device<f32>>(
+    st: &mut State<D>,
+    estimators: &[ProbPairModel<D>],
+    integrator: &ProbPairModel<D>,
+    d: &mut DiagSet<D>,
     iteration: u32,
-) -> Diagnostics {
+) -> Result<Diagnostics> {
+    let diag = d.cons;
     let n = diag.len();
     let s = st.s;
+    let dev = &st.dev;
+    let dim = st.features.dim;
     // Held-out Estimator belief: the mean over the K Estimators.
     let mut est = vec![0f64; n];
     for e in estimators {
-        for (v, p) in est
-            .iter_mut()
-            .zip(e.predict_pairs(st.features, &diag.a, &diag.b))
-        {
+        let p = dev.to_vec(&e.pair_probs(&st.x, dim, &d.pairs)?)?;
+        for (v, p) in est.iter_mut().zip(p) {
             *v += p as f64 / estimators.len() as f64;
         }
     }
-    let mut rows = inputs.to_vec();
-    for (i, &v) in est.iter().enumerate() {
-        rows[i * st.input_dim] = v as f32;
-    }
-    let delta: Vec<f64> = route(&st.correctors, &rows, st.input_dim, &diag.expert)
+    let est32: Vec<f32> = est.iter().map(|&v| v as f32).collect();
+    let est_dev = dev.upload(&est32)?;
+    dev.set_column(&est_dev, &mut d.inputs.rows, n, st.input_dim, 0)?;
+    let delta: Vec<f64> = dev
+        .to_vec(&route(dev, &st.correctors, &d.inputs, st.input_dim)?)?
         .into_iter()
         .map(f64::from)
         .collect();
-    let y_int = integrator.predict_pairs(st.features, &diag.a, &diag.b);
+    let y_int = dev.to_vec(&integrator.pair_probs(&st.x, dim, &d.pairs)?)?;
     let corrupted: Vec<bool> = diag.corrupted.iter().map(|c| c.unwrap_or(false)).collect();
     let (mut gaps, mut gaps_oracle) = (Vec::with_capacity(n), Vec::with_capacity(n));
     let (mut b_est, mut b_cor, mut b_int, mut gap_clean, mut n_clean) =
@@ -805,7 +903,7 @@ fn diagnose(
         }
     }
     let nc = n_clean.max(1) as f64;
-    Diagnostics {
+    Ok(Diagnostics {
         iteration,
         brier_estimator: b_est / n as f64,
         brier_corrected_clean: b_cor / nc,
@@ -815,6 +913,24 @@ fn diagnose(
         ap: average_precision(&gaps, &corrupted),
         auc_oracle: auc(&gaps_oracle, &corrupted),
         ap_oracle: average_precision(&gaps_oracle, &corrupted),
+        mean_abs_delta: f64::NAN,
+        mean_w: f64::NAN,
+    })
+}
+
+impl Diagnostics {
+    /// Mean |Δ̂| and mean w over the training constraints of this iteration.
+    fn record_training<D: Device<f32>>(
+        &mut self,
+        dev: &D,
+        delta: &D::Buf,
+        w: &D::Buf,
+    ) -> Result<()> {
+        let d = dev.to_vec(delta)?;
+        self.mean_abs_delta =
+            d.iter().map(|&x| (x as f64).abs()).sum::<f64>() / d.len().max(1) as f64;
+        self.mean_w = mean(&dev.to_vec(w)?);
+        Ok(())
     }
 }
 

@@ -9,6 +9,9 @@ pub enum StageError {
     /// Anything else.
     #[error("{0}")]
     Failed(String),
+    /// The compute device failed (out of memory, a failed launch, no driver).
+    #[error("device error: {0}")]
+    Device(#[from] upcc_nn::DeviceError),
 }
 
 impl StageError {

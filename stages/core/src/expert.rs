@@ -7,11 +7,11 @@
 //! Outputs every instance's class probabilities per expert, and each expert's accuracy.
 
 use serde::{Deserialize, Serialize};
-use upcc_nn::{Act, Adam, Mlp, Stream, WeightInit};
+use upcc_nn::{Act, Adam, Device, Ix, Mlp, Stream, WeightInit};
 
 use crate::error::{Monitor, Result, StageError};
 use crate::features::Features;
-use crate::nets::{predict_proba, Dev, G, P};
+use crate::nets::{predict_proba, G, P};
 use crate::table::{Table, TableBuilder};
 
 pub const VERSION: u32 = 1;
@@ -211,7 +211,8 @@ pub fn stratified_subset(
 }
 
 /// Train the experts of `params.setting` and return their probabilities and summaries.
-pub fn run(
+pub fn run<D: Device<f32>>(
+    dev: &D,
     params: &ExpertParams,
     features: &Features,
     monitor: &mut dyn Monitor,
@@ -250,6 +251,7 @@ pub fn run(
         }
     };
     let n_experts = fractions.len();
+    let x = dev.upload(&features.x)?;
     let mut probs = Vec::with_capacity(n_experts * features.rows() * c);
     let mut summaries = Vec::new();
     for (e, frac) in fractions.iter().enumerate() {
@@ -263,7 +265,7 @@ pub fn run(
             "expert {e}: {} training samples, unfamiliar classes {unfamiliar:?}",
             subset.len()
         ));
-        let (p, summary) = train_one(params, features, &subset, e, n_experts, monitor)?;
+        let (p, summary) = train_one(dev, params, features, &x, &subset, e, n_experts, monitor)?;
         probs.extend(p);
         summaries.push(ExpertSummary {
             unfamiliar,
@@ -290,9 +292,12 @@ fn check_fraction(field: &str, v: f64) -> Result<()> {
     Ok(())
 }
 
-fn train_one(
+#[allow(clippy::too_many_arguments)]
+fn train_one<D: Device<f32>>(
+    dev: &D,
     params: &ExpertParams,
     features: &Features,
+    x: &D::Buf,
     subset: &[usize],
     e: usize,
     n_experts: usize,
@@ -312,7 +317,7 @@ fn train_one(
     }
     let label = format!("{e}");
     let mut rng = Stream::new(params.seed, &["expert", "init", &label]);
-    let mut p = P::new(Dev::default());
+    let mut p = P::new(dev);
     let mut dims = vec![features.dim];
     dims.extend_from_slice(&cp.hidden);
     dims.push(features.n_classes);
@@ -325,28 +330,34 @@ fn train_one(
         WeightInit::Torch,
         0,
         &mut rng,
-    );
-    let mut opt = Adam::new(&p, vec![cp.lr]);
-    let mut g = G::new(Dev::default());
+    )?;
+    let mut opt = Adam::new(&p, vec![cp.lr])?;
+    let mut g = G::new(dev)?;
+    let mut acc = dev.scalars(1)?;
     let mut shuffle = Stream::new(params.seed, &["expert", "batches", &label]);
     let mut drop_rng = Stream::new(params.seed, &["expert", "dropout", &label]);
     let (mut best, mut wait, mut epochs, mut last_acc) = (-1.0f64, 0usize, 0usize, 0.0);
     for epoch in 0..cp.max_epochs {
         let mut order: Vec<usize> = subset.to_vec();
         shuffle.shuffle(&mut order);
-        let mut correct = 0usize;
-        for batch in order.chunks(cp.batch_size) {
+        // The epoch's row order and labels, uploaded once.
+        let rows: Vec<u32> = order.iter().map(|&i| i as u32).collect();
+        let labels: Vec<u32> = order.iter().map(|&i| features.labels[i]).collect();
+        let rows = dev.upload_idx(&rows)?;
+        let labels = dev.upload_idx(&labels)?;
+        dev.scalars_fill(&mut acc, 0.0)?;
+        for (bi, batch) in order.chunks(cp.batch_size).enumerate() {
+            let (off, n) = (bi * cp.batch_size, batch.len());
             g.reset();
             p.zero_grads();
-            let x = features.gather(batch);
-            let labels: Vec<u32> = batch.iter().map(|&i| features.labels[i]).collect();
-            let xi = g.input(&x, batch.len(), features.dim);
-            let logits = mlp.forward(&mut g, &p, xi, Some((cp.dropout, &mut drop_rng)));
-            let (loss, ok) = g.softmax_ce(logits, &labels);
-            correct += ok;
-            g.backward(loss, &mut p);
-            opt.step(&mut p);
+            let xi = g.input_rows(x, features.dim, Ix::new(&rows, off, n))?;
+            let logits = mlp.forward(&mut g, &p, xi, Some((cp.dropout, &mut drop_rng)))?;
+            let loss = g.softmax_ce(logits, Ix::new(&labels, off, n))?;
+            g.accumulate(loss, 1, 1.0, &mut acc, 0)?;
+            g.backward(loss, &mut p)?;
+            opt.step(&mut p)?;
         }
+        let correct = dev.scalars_to_vec(&acc)?[0] as usize;
         epochs = epoch + 1;
         // Keras-style: the epoch's running training accuracy (dropout on) is monitored.
         last_acc = correct as f64 / subset.len() as f64;
@@ -365,12 +376,12 @@ fn train_one(
             }
         }
     }
-    if !p.all_finite() {
+    if !p.all_finite()? {
         return Err(StageError::failed(format!(
             "expert {e}: training diverged (non-finite weights)"
         )));
     }
-    let probs = predict_proba(&mlp, &p, &features.x, features.dim);
+    let probs = predict_proba(&mlp, &p, x, features.dim, features.rows())?;
     let test = features.test_indices();
     let hits = test
         .iter()

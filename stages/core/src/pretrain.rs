@@ -8,11 +8,11 @@
 //! ReLUs between) is fine-tuned end to end on masked inputs, decoding from the normalised code.
 
 use serde::{Deserialize, Serialize};
-use upcc_nn::{masking_noise, Act, Linear, Sgd, Stream, Var, WeightInit};
+use upcc_nn::{masking_noise, Act, DResult, Device, Ix, Linear, Sgd, Stream, Var, WeightInit};
 
 use crate::error::{Monitor, Result, StageError};
 use crate::features::Features;
-use crate::nets::{step_lr, Autoencoder, Dev, G, P};
+use crate::nets::{map_rows, step_lr, Autoencoder, Rows, EVAL_ROWS, G, P};
 use crate::table::TableBuilder;
 
 pub const VERSION: u32 = 1;
@@ -83,51 +83,55 @@ struct Phase {
     label: String,
 }
 
-/// SGD with momentum and step decay on masked inputs of `data` (rows × dim), reconstructing
-/// the clean input with 0.5·mean squared error. `reconstruct` maps the noisy batch to its
-/// reconstruction (it may draw dropout masks from the stream it is given).
+/// Maps a noisy batch to its reconstruction (may draw dropout masks from the stream).
+type Reconstruct<'a, D> = dyn FnMut(&mut G<D>, &P<D>, Var, &mut Stream) -> DResult<Var> + 'a;
+
+/// SGD with momentum and step decay on masked inputs of `data` (rows × dim, on the device),
+/// reconstructing the clean input with 0.5·mean squared error. `reconstruct` maps the noisy
+/// batch to its reconstruction (it may draw dropout masks from the stream it is given).
 #[allow(clippy::too_many_arguments)]
-fn denoising_epochs(
+fn denoising_epochs<D: Device<f32>>(
     s: &PretrainSettings,
     seed: u64,
     phase: &Phase,
     epochs: usize,
-    data: &[f32],
+    data: &D::Buf,
     dim: usize,
-    p: &mut P,
+    p: &mut P<D>,
     curve: &mut Vec<CurvePoint>,
-    reconstruct: &mut dyn FnMut(&mut G, &P, Var, &mut Stream) -> Var,
+    reconstruct: &mut Reconstruct<'_, D>,
     on_epoch: &mut dyn FnMut(u64, f64),
 ) -> Result<()> {
-    let rows = data.len() / dim;
-    let mut opt = Sgd::new(p, s.lr, s.momentum);
-    let mut g = G::new(Dev::default());
+    let dev = p.device().clone();
+    let rows = dev.len(data) / dim;
+    let mut opt = Sgd::new(p, s.lr, s.momentum)?;
+    let mut g = G::new(&dev)?;
+    let mut acc = dev.scalars(1)?;
     let mut batch_rng = Stream::new(seed, &["pretrain", "batches", &phase.label]);
     let mut noise_rng = Stream::new(seed, &["pretrain", "noise", &phase.label]);
-    let mut xb: Vec<f32> = Vec::with_capacity(s.batch_size * dim);
     for epoch in 0..epochs {
         opt.lr = step_lr(s.lr, s.lr_decay, s.lr_step, epoch);
         let order = batch_rng.permutation(rows);
-        let (mut sum, mut count) = (0.0, 0usize);
-        for batch in order.chunks(s.batch_size) {
-            xb.clear();
-            for &i in batch {
-                xb.extend_from_slice(&data[i as usize * dim..(i as usize + 1) * dim]);
-            }
+        let order_dev = dev.upload_idx(&order)?;
+        dev.scalars_fill(&mut acc, 0.0)?;
+        let mut count = 0usize;
+        for (bi, batch) in order.chunks(s.batch_size).enumerate() {
+            let n = batch.len();
             g.reset();
             p.zero_grads();
-            let xi = g.input(&xb, batch.len(), dim);
+            let xi = g.input_rows(data, dim, Ix::new(&order_dev, bi * s.batch_size, n))?;
             let noisy = g.mask(
                 xi,
-                &masking_noise::<f32>(xb.len(), s.corruption, &mut noise_rng),
-            );
-            let recon = reconstruct(&mut g, p, noisy, &mut noise_rng);
-            let loss = g.sq_error(recon, &xb, 0.5 / xb.len() as f64);
-            sum += g.scalar(loss) * batch.len() as f64;
-            count += batch.len();
-            g.backward(loss, p);
-            opt.step(p);
+                &masking_noise::<f32>(n * dim, s.corruption, &mut noise_rng),
+            )?;
+            let recon = reconstruct(&mut g, p, noisy, &mut noise_rng)?;
+            let loss = g.sq_error(recon, xi, 0.5 / (n * dim) as f64)?;
+            g.accumulate(loss, 0, n as f64, &mut acc, 0)?;
+            count += n;
+            g.backward(loss, p)?;
+            opt.step(p)?;
         }
+        let sum = dev.scalars_to_vec(&acc)?[0];
         let mean = sum / count.max(1) as f64;
         if !mean.is_finite() {
             return Err(StageError::failed(format!(
@@ -178,7 +182,8 @@ pub fn validate(params: &PretrainParams) -> Result<()> {
     Ok(())
 }
 
-pub fn run(
+pub fn run<D: Device<f32>>(
+    dev: &D,
     node: &PretrainParams,
     features: &Features,
     monitor: &mut dyn Monitor,
@@ -188,8 +193,9 @@ pub fn run(
     let seed = node.seed;
     let train = features.train_indices();
     let test = features.test_indices();
-    let x_train = features.gather(&train);
-    let x_test = features.gather(&test);
+    let (n_train, n_test) = (train.len(), test.len());
+    let x_train = dev.upload(&features.gather(&train))?;
+    let x_test = dev.upload(&features.gather(&test))?;
     let mut dims = vec![features.dim];
     dims.extend_from_slice(&params.hidden);
     dims.push(node.embedding_dim);
@@ -199,7 +205,7 @@ pub fn run(
     let mut curve = Vec::new();
 
     // The full autoencoder whose parameters the layer-wise stage fills in.
-    let mut full = P::new(Dev::default());
+    let mut full = P::new(dev);
     let mut init_rng = Stream::new(seed, &["pretrain", "init"]);
     let ae = Autoencoder::new(
         &mut full,
@@ -209,18 +215,19 @@ pub fn run(
         WeightInit::Uniform(params.init_range),
         0,
         &mut init_rng,
-    );
-    let train_mse_before = ae.reconstruction_mse(&full, &x_train, features.dim);
+    )?;
+    let train_mse_before =
+        ae.reconstruction_mse(&full, &x_train, features.dim, Rows::All(n_train))?;
 
     // Layer-wise denoising autoencoders.
-    let mut input = x_train.clone();
+    let mut codes: Option<D::Buf> = None;
     let mut in_dim = features.dim;
     for l in 0..n_layers {
         let out_dim = dims[l + 1];
         let last = l + 1 == n_layers;
         let label = l.to_string();
         let mut rng = Stream::new(seed, &["pretrain", "dae", &label]);
-        let mut p = P::new(Dev::default());
+        let mut p = P::new(dev);
         let enc = Linear::new(
             &mut p,
             "enc",
@@ -229,7 +236,7 @@ pub fn run(
             WeightInit::Uniform(params.init_range),
             0,
             &mut rng,
-        );
+        )?;
         let dec = Linear::new(
             &mut p,
             "dec",
@@ -238,8 +245,8 @@ pub fn run(
             WeightInit::Uniform(params.init_range),
             0,
             &mut rng,
-        );
-        let rows = input.len() / in_dim;
+        )?;
+        let input = codes.as_ref().unwrap_or(&x_train);
         let phase = Phase {
             name: "layerwise",
             layer: l as u32,
@@ -250,19 +257,20 @@ pub fn run(
             seed,
             &phase,
             params.layerwise_epochs,
-            &input,
+            input,
             in_dim,
             &mut p,
             &mut curve,
             &mut |g, p, noisy, rng| {
-                let mut h = enc.forward(g, p, noisy, if last { Act::Identity } else { Act::Relu });
+                let mut h =
+                    enc.forward(g, p, noisy, if last { Act::Identity } else { Act::Relu })?;
                 if last {
                     if params.normalize_code {
-                        h = g.l2_normalize(h, 1e-12);
+                        h = g.l2_normalize(h, 1e-12)?;
                     }
                 } else if params.dropout > 0.0 {
                     let (r, c) = g.shape(h);
-                    h = g.mask(h, &upcc_nn::dropout_mask::<f32>(r * c, params.dropout, rng));
+                    h = g.mask(h, &upcc_nn::dropout_mask::<f32>(r * c, params.dropout, rng))?;
                 }
                 dec.forward(g, p, h, Act::Identity)
             },
@@ -275,24 +283,24 @@ pub fn run(
             },
         )?;
         done += params.layerwise_epochs as u64;
-        let mut g = G::new(Dev::default());
         // Copy into the full autoencoder: encoder layer l, decoder layer (n_layers-1-l).
         let dec_l = n_layers - 1 - l;
-        full.set_host(ae.encoder.layers[l].weight, &p.to_host(enc.weight));
-        full.set_host(ae.encoder.layers[l].bias, &p.to_host(enc.bias));
-        full.set_host(ae.decoder.layers[dec_l].weight, &p.to_host(dec.weight));
-        full.set_host(ae.decoder.layers[dec_l].bias, &p.to_host(dec.bias));
+        full.set_from(ae.encoder.layers[l].weight, p.value(enc.weight))?;
+        full.set_from(ae.encoder.layers[l].bias, p.value(enc.bias))?;
+        full.set_from(ae.decoder.layers[dec_l].weight, p.value(dec.weight))?;
+        full.set_from(ae.decoder.layers[dec_l].bias, p.value(dec.bias))?;
         // Clean codes (eval mode) feed the next layer.
         if !last {
-            let mut next = Vec::with_capacity(rows * out_dim);
-            for start in (0..rows).step_by(2048) {
-                let end = (start + 2048).min(rows);
-                g.reset();
-                let xi = g.input(&input[start * in_dim..end * in_dim], end - start, in_dim);
-                let h = enc.forward(&mut g, &p, xi, Act::Relu);
-                next.extend(g.to_host(h));
-            }
-            input = next;
+            let next = map_rows(
+                dev,
+                input,
+                in_dim,
+                Rows::All(n_train),
+                EVAL_ROWS,
+                out_dim,
+                &mut |g, xi| enc.forward(g, &p, xi, Act::Relu),
+            )?;
+            codes = Some(next);
             in_dim = out_dim;
         }
         monitor.log(&format!(
@@ -320,9 +328,9 @@ pub fn run(
         &mut full,
         &mut curve,
         &mut |g, p, noisy, _| {
-            let z = ae.encoder.forward(g, p, noisy, None);
+            let z = ae.encoder.forward(g, p, noisy, None)?;
             let code = if params.normalize_code {
-                g.l2_normalize(z, 1e-12)
+                g.l2_normalize(z, 1e-12)?
             } else {
                 z
             };
@@ -336,8 +344,8 @@ pub fn run(
             );
         },
     )?;
-    let train_mse_after = ae.reconstruction_mse(&full, &x_train, d);
-    let test_mse_after = ae.reconstruction_mse(&full, &x_test, d);
+    let train_mse_after = ae.reconstruction_mse(&full, &x_train, d, Rows::All(n_train))?;
+    let test_mse_after = ae.reconstruction_mse(&full, &x_test, d, Rows::All(n_test))?;
     monitor.log(&format!("reconstruction MSE on train: {train_mse_before:.6} at init → {train_mse_after:.6}; test {test_mse_after:.6}"));
     let metadata = std::collections::BTreeMap::from([
         ("stage".to_string(), "pretrain".to_string()),
@@ -347,7 +355,7 @@ pub fn run(
             params.normalize_code.to_string(),
         ),
     ]);
-    let weights = full.to_safetensors(&["encoder.", "decoder."], &metadata);
+    let weights = full.to_safetensors(&["encoder.", "decoder."], &metadata)?;
     let curve = TableBuilder::new()
         .str("phase", curve.iter().map(|c| c.phase.clone()).collect())
         .u32("layer", curve.iter().map(|c| c.layer).collect())

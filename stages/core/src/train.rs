@@ -7,12 +7,12 @@
 //! reference code; Adam 1e-3; global gradient-norm clipping at 1 (reference code).
 
 use serde::{Deserialize, Serialize};
-use upcc_nn::{softplus, Adam, Init, ParamId, Stream, WeightInit};
+use upcc_nn::{softplus, Adam, Device, Init, Ix, ParamId, Stream, WeightInit};
 
 use crate::constraints::Constraints;
 use crate::error::{Monitor, Result, StageError};
 use crate::features::Features;
-use crate::nets::{Autoencoder, Dev, G, P};
+use crate::nets::{Autoencoder, PairIndex, Rows, G, P};
 use crate::table::TableBuilder;
 
 pub const VERSION: u32 = 1;
@@ -134,23 +134,24 @@ pub fn kappa(y: &[f32]) -> Vec<f32> {
 }
 
 /// A ProbPair learner: autoencoder plus readout (m̃, T̃).
-pub struct ProbPairModel {
-    pub params: P,
+pub struct ProbPairModel<D: Device<f32>> {
+    pub params: P<D>,
     pub ae: Autoencoder,
     pub m_raw: ParamId,
     pub t_raw: ParamId,
 }
 
-impl ProbPairModel {
+impl<D: Device<f32>> ProbPairModel<D> {
     /// Build with fresh (PyTorch-default) weights, then load `pretrained` if given.
     pub fn new(
+        dev: &D,
         tp: &TrainParams,
         input_dim: usize,
         pretrained: Option<&[u8]>,
         rng: &mut Stream,
     ) -> Result<Self> {
         let p = &tp.settings;
-        let mut params = P::new(Dev::default());
+        let mut params = P::new(dev);
         let ae = Autoencoder::new(
             &mut params,
             input_dim,
@@ -159,7 +160,7 @@ impl ProbPairModel {
             WeightInit::Torch,
             0,
             rng,
-        );
+        )?;
         let (m0, t0) = match p.readout_init {
             ReadoutInit::Value => {
                 if !(p.readout_m0 > -1.0 && p.readout_m0 < 1.0 && p.readout_t0 > 0.0) {
@@ -171,16 +172,19 @@ impl ProbPairModel {
             }
             ReadoutInit::Raw => (p.readout_m0, p.readout_t0),
         };
-        let m_raw = params.add("readout.m", 1, 1, Init::Const(m0), 1, rng);
-        let t_raw = params.add("readout.t", 1, 1, Init::Const(t0), 1, rng);
+        let m_raw = params.add("readout.m", 1, 1, Init::Const(m0), 1, rng)?;
+        let t_raw = params.add("readout.t", 1, 1, Init::Const(t0), 1, rng)?;
         if let Some(bytes) = pretrained {
             let loaded = params
                 .load_safetensors(bytes, |name| {
                     (name.starts_with("encoder.") || name.starts_with("decoder."))
                         .then(|| name.to_string())
                 })
-                .map_err(|e| {
-                    StageError::input(format!("pretrained weights do not fit this model: {e}"))
+                .map_err(|e| match e {
+                    upcc_nn::ParamError::Device(d) => StageError::Device(d),
+                    e => {
+                        StageError::input(format!("pretrained weights do not fit this model: {e}"))
+                    }
                 })?;
             if loaded == 0 {
                 return Err(StageError::input(
@@ -196,32 +200,31 @@ impl ProbPairModel {
         })
     }
 
-    /// Current (m, T).
-    pub fn readout(&self) -> (f64, f64) {
-        let m = (self.params.scalar(self.m_raw) as f64).tanh();
-        let t = softplus(self.params.scalar(self.t_raw) as f64);
-        (m, t)
+    /// Current (m, T), read back from the device.
+    pub fn readout(&self) -> Result<(f64, f64)> {
+        let m = (self.params.scalar(self.m_raw)? as f64).tanh();
+        let t = softplus(self.params.scalar(self.t_raw)? as f64);
+        Ok((m, t))
     }
 
-    /// ŷ for pairs (a_i, b_i) of rows of `x`, no gradients.
-    pub fn predict_pairs(&self, x: &Features, a: &[u32], b: &[u32]) -> Vec<f32> {
-        let mut idx: Vec<usize> = a.iter().chain(b).map(|&i| i as usize).collect();
-        idx.sort_unstable();
-        idx.dedup();
-        let emb = self.ae.embed(&self.params, &x.gather(&idx), x.dim);
-        let d = self.ae.encoder.out_dim();
-        let pos = |i: u32| idx.binary_search(&(i as usize)).expect("row embedded");
-        let (m, t) = self.readout();
-        a.iter()
-            .zip(b)
-            .map(|(&ia, &ib)| {
-                let (ra, rb) = (pos(ia), pos(ib));
-                let c: f64 = (0..d)
-                    .map(|k| emb[ra * d + k] as f64 * emb[rb * d + k] as f64)
-                    .sum();
-                upcc_nn::sigmoid((c - m) / t) as f32
-            })
-            .collect()
+    /// ŷ for the pairs of `pairs` (rows of the device matrix `x`), on the device, no
+    /// gradients: the distinct rows are embedded in batches, then read out pair by pair.
+    pub fn pair_probs(&self, x: &D::Buf, dim: usize, pairs: &PairIndex<D>) -> Result<D::Buf> {
+        let dev = self.params.device();
+        let emb = self
+            .ae
+            .embed(&self.params, x, dim, Rows::Idx(&pairs.rows, pairs.n_rows))?;
+        let mut out = dev.zeros(pairs.n)?;
+        dev.pair_readout(
+            &emb,
+            self.ae.encoder.out_dim(),
+            Ix::new(&pairs.pa, 0, pairs.n),
+            Ix::new(&pairs.pb, 0, pairs.n),
+            self.params.value(self.m_raw),
+            self.params.value(self.t_raw),
+            &mut out,
+        )?;
+        Ok(out)
     }
 }
 
@@ -236,123 +239,149 @@ pub struct EpochStats {
     pub t: f64,
 }
 
+/// The constraints a trainer draws batches from: endpoints on the host (to compose each
+/// epoch's row order once), targets and weights on the device (indexed by constraint id).
+pub struct PairBatches<'a, D: Device<f32>> {
+    pub a: &'a [u32],
+    pub b: &'a [u32],
+    /// Constraint ids this model trains on, ascending.
+    pub ids: &'a [u32],
+    pub targets: &'a D::Buf,
+    pub weights: &'a D::Buf,
+}
+
 /// Mini-batch trainer of a ProbPair model on (targets, weights) over given constraints.
-pub struct Trainer {
-    opt: Adam<f32, Dev>,
-    graph: G,
+///
+/// Per epoch the host draws the batch orders from the seeded stream and uploads them once
+/// (the row order of every batch and the constraint order); targets and weights are gathered
+/// on the device; losses accumulate in device slots and are read back once per epoch.
+pub struct Trainer<D: Device<f32>> {
+    opt: Adam<f32, D>,
+    graph: G<D>,
     batch_rng: Stream,
     settings: TrainSettings,
     /// Training instances for the reconstruction term.
     instances: Vec<usize>,
+    /// Loss sums of the epoch: pair, reconstruction, total.
+    acc: D::Scalars,
+    y_epoch: D::Buf,
+    w_epoch: D::Buf,
 }
 
-impl Trainer {
+impl<D: Device<f32>> Trainer<D> {
     pub fn new(
-        model: &ProbPairModel,
+        model: &ProbPairModel<D>,
         p: &TrainSettings,
         x: &Features,
         seed: u64,
         rng_label: &str,
-    ) -> Self {
-        Trainer {
+    ) -> Result<Self> {
+        let dev = model.params.device();
+        Ok(Trainer {
             settings: p.clone(),
             instances: x.train_indices(),
-            opt: Adam::new(&model.params, vec![p.lr, p.readout_lr]),
-            graph: G::new(Dev::default()),
+            opt: Adam::new(&model.params, vec![p.lr, p.readout_lr])?,
+            graph: G::new(dev)?,
             batch_rng: Stream::new(seed, &["train", "batches", rng_label]),
-        }
+            acc: dev.scalars(3)?,
+            y_epoch: dev.zeros(0)?,
+            w_epoch: dev.zeros(0)?,
+        })
     }
 
-    /// One epoch over the pairs (a_i, b_i) with their targets and weights, with the
-    /// reference code's instance batching over the training instances.
-    #[allow(clippy::too_many_arguments)]
+    /// One epoch over the constraints `data.ids` with their targets and weights, with the
+    /// reference code's instance batching over the training instances; `x` is the feature
+    /// matrix on the device (rows × dim).
     pub fn epoch(
         &mut self,
-        model: &mut ProbPairModel,
-        x: &Features,
-        a: &[u32],
-        b: &[u32],
-        targets: &[f32],
-        weights: &[f32],
+        model: &mut ProbPairModel<D>,
+        x: &D::Buf,
+        dim: usize,
+        data: &PairBatches<'_, D>,
         epoch: u32,
     ) -> Result<EpochStats> {
+        let dev = model.params.device().clone();
         let p = &self.settings;
         let instances = &self.instances;
-        let m_total = a.len();
+        let m_total = data.ids.len();
         let bs = p.batch_size.max(1);
         let n_batches = m_total.div_ceil(bs).max(1);
         let inst_bs = instances.len() / n_batches;
         let cperm = self.batch_rng.permutation(m_total);
         let iperm = self.batch_rng.permutation(instances.len());
-        let d = x.dim;
-        let (mut sum_pair, mut sum_rec, mut sum_loss) = (0.0, 0.0, 0.0);
-        let mut xb: Vec<f32> = Vec::new();
-        let g = &mut self.graph;
+        let d = dim;
+        let with_rec = inst_bs > 0 && p.lambda_rec != 0.0;
+        // The epoch's orders, composed on the host and uploaded once.
+        let order: Vec<u32> = cperm.iter().map(|&k| data.ids[k as usize]).collect();
+        let mut rows_order: Vec<u32> = Vec::with_capacity(2 * m_total + n_batches * inst_bs);
         for bi in 0..n_batches {
-            let cb = &cperm[bi * bs..((bi + 1) * bs).min(m_total)];
+            let cb = &order[bi * bs..((bi + 1) * bs).min(m_total)];
+            rows_order.extend(cb.iter().map(|&k| data.a[k as usize]));
+            rows_order.extend(cb.iter().map(|&k| data.b[k as usize]));
             let ib = &iperm[bi * inst_bs..(bi + 1) * inst_bs];
-            let n = cb.len();
-            xb.clear();
-            for &k in cb {
-                xb.extend_from_slice(x.row(a[k as usize] as usize));
-            }
-            for &k in cb {
-                xb.extend_from_slice(x.row(b[k as usize] as usize));
-            }
-            for &k in ib {
-                xb.extend_from_slice(x.row(instances[k as usize]));
-            }
-            let rows = 2 * n + ib.len();
-            let y: Vec<f32> = cb.iter().map(|&k| targets[k as usize]).collect();
-            let w: Vec<f32> = cb.iter().map(|&k| weights[k as usize]).collect();
+            rows_order.extend(ib.iter().map(|&k| instances[k as usize] as u32));
+        }
+        let order_dev = dev.upload_idx(&order)?;
+        let rows_dev = dev.upload_idx(&rows_order)?;
+        if dev.len(&self.y_epoch) != m_total {
+            self.y_epoch = dev.zeros(m_total)?;
+            self.w_epoch = dev.zeros(m_total)?;
+        }
+        let all = Ix::new(&order_dev, 0, m_total);
+        dev.gather_rows(data.targets, 1, all, &mut self.y_epoch)?;
+        dev.gather_rows(data.weights, 1, all, &mut self.w_epoch)?;
+        dev.scalars_fill(&mut self.acc, 0.0)?;
+        let g = &mut self.graph;
+        let mut row_off = 0;
+        for bi in 0..n_batches {
+            let start = bi * bs;
+            let n = ((bi + 1) * bs).min(m_total) - start;
+            let n_inst = inst_bs;
+            let rows = 2 * n + n_inst;
             g.reset();
             model.params.zero_grads();
-            let xi = g.input(&xb, rows, d);
-            let z = model.ae.encoder.forward(g, &model.params, xi, None);
-            let u = g.l2_normalize(z, 1e-12);
-            let ia: Vec<u32> = (0..n as u32).collect();
-            let ibb: Vec<u32> = (n as u32..2 * n as u32).collect();
-            let cos = g.pair_dot(u, &ia, &ibb);
-            let pair = g.probpair_loss(
-                &model.params,
-                cos,
-                model.m_raw,
-                model.t_raw,
-                &y,
-                &w,
-                n as f64,
-            );
-            let loss = if ib.is_empty() || p.lambda_rec == 0.0 {
-                sum_pair += g.scalar(pair);
-                sum_loss += g.scalar(pair);
+            let xi = g.input_rows(x, d, Ix::new(&rows_dev, row_off, rows))?;
+            row_off += rows;
+            let z = model.ae.encoder.forward(g, &model.params, xi, None)?;
+            let u = g.l2_normalize(z, 1e-12)?;
+            let cos = g.pair_dot_blocks(u, 0, n, n)?;
+            let y = g.input_slice(&self.y_epoch, start, n, 1)?;
+            let w = g.input_slice(&self.w_epoch, start, n, 1)?;
+            let pair =
+                g.probpair_loss(&model.params, cos, model.m_raw, model.t_raw, y, w, n as f64)?;
+            g.accumulate(pair, 0, 1.0, &mut self.acc, 0)?;
+            let loss = if !with_rec {
+                g.accumulate(pair, 0, 1.0, &mut self.acc, 2)?;
                 pair
             } else {
-                let ui = g.rows(u, 2 * n, rows);
-                let recon = model.ae.decoder.forward(g, &model.params, ui, None);
+                let ui = g.rows(u, 2 * n, rows)?;
+                let recon = model.ae.decoder.forward(g, &model.params, ui, None)?;
                 let scale = match p.rec_reduction {
-                    RecReduction::Mean => 1.0 / (ib.len() * d) as f64,
-                    RecReduction::Sum => 1.0 / ib.len() as f64,
+                    RecReduction::Mean => 1.0 / (n_inst * d) as f64,
+                    RecReduction::Sum => 1.0 / n_inst as f64,
                 };
-                let rec = g.sq_error(recon, &xb[2 * n * d..], scale);
-                let total = g.sum(&[(pair, 1.0), (rec, p.lambda_rec)]);
-                sum_pair += g.scalar(pair);
-                sum_rec += g.scalar(rec);
-                sum_loss += g.scalar(total);
+                let target = g.rows(xi, 2 * n, rows)?;
+                let rec = g.sq_error(recon, target, scale)?;
+                let total = g.sum(&[(pair, 1.0), (rec, p.lambda_rec)])?;
+                g.accumulate(rec, 0, 1.0, &mut self.acc, 1)?;
+                g.accumulate(total, 0, 1.0, &mut self.acc, 2)?;
                 total
             };
-            g.backward(loss, &mut model.params);
+            g.backward(loss, &mut model.params)?;
             if let Some(c) = p.grad_clip {
-                model.params.clip_grad_norm(c);
+                model.params.clip_grad_norm(c)?;
             }
-            self.opt.step(&mut model.params);
+            self.opt.step(&mut model.params)?;
         }
+        let sums = dev.scalars_to_vec(&self.acc)?;
+        let (sum_pair, sum_rec, sum_loss) = (sums[0], sums[1], sums[2]);
         let nb = n_batches as f64;
         if !sum_loss.is_finite() {
             return Err(StageError::failed(format!(
                 "training diverged at epoch {epoch} (non-finite loss)"
             )));
         }
-        let (m, t) = model.readout();
+        let (m, t) = model.readout()?;
         Ok(EpochStats {
             epoch,
             loss: sum_loss / nb,
@@ -395,7 +424,8 @@ pub struct Trained {
 }
 
 /// Train ProbPair / Weighted ProbPair on `constraints`.
-pub fn run(
+pub fn run<D: Device<f32>>(
+    dev: &D,
     p: &TrainParams,
     features: &Features,
     constraints: &Constraints,
@@ -408,25 +438,28 @@ pub fn run(
         return Err(StageError::input("no constraints to train on"));
     }
     let mut rng = Stream::new(p.seed, &["train", "init"]);
-    let mut model = ProbPairModel::new(p, features.dim, pretrained, &mut rng)?;
+    let mut model = ProbPairModel::new(dev, p, features.dim, pretrained, &mut rng)?;
     let weights = match p.weighting {
         Weighting::None => vec![1.0; constraints.len()],
         Weighting::Kappa => kappa(&constraints.y),
     };
+    let x = dev.upload(&features.x)?;
+    let targets = dev.upload(&constraints.y)?;
+    let weights = dev.upload(&weights)?;
+    let ids: Vec<u32> = (0..constraints.len() as u32).collect();
+    let data = PairBatches {
+        a: &constraints.a,
+        b: &constraints.b,
+        ids: &ids,
+        targets: &targets,
+        weights: &weights,
+    };
     let settings = &p.settings;
-    let mut trainer = Trainer::new(&model, settings, features, p.seed, "probpair");
+    let mut trainer = Trainer::new(&model, settings, features, p.seed, "probpair")?;
     let mut curve = Vec::new();
     let started = std::time::Instant::now();
     for epoch in 0..settings.epochs {
-        let s = trainer.epoch(
-            &mut model,
-            features,
-            &constraints.a,
-            &constraints.b,
-            &constraints.y,
-            &weights,
-            epoch as u32,
-        )?;
+        let s = trainer.epoch(&mut model, &x, features.dim, &data, epoch as u32)?;
         monitor.progress(
             epoch as u64 + 1,
             settings.epochs as u64,
@@ -434,6 +467,7 @@ pub fn run(
         );
         curve.push(s);
     }
+    dev.synchronize()?;
     if let Some(last) = curve.last() {
         monitor.log(&format!(
             "final loss {:.5} (pair {:.5}, rec {:.5}), m {:.4}, T {:.4}",
@@ -441,9 +475,11 @@ pub fn run(
         ));
     }
     let seconds_per_epoch = started.elapsed().as_secs_f64() / settings.epochs.max(1) as f64;
-    let embeddings = model.ae.embed(&model.params, &features.x, features.dim);
+    let emb = model
+        .ae
+        .embed(&model.params, &x, features.dim, Rows::All(features.rows()))?;
     Ok(Trained {
-        embeddings,
+        embeddings: dev.to_vec(&emb)?,
         dim: p.embedding_dim,
         curve,
         seconds_per_epoch,
@@ -501,8 +537,8 @@ mod tests {
         };
         let p = TrainParams::new(s.clone(), Weighting::None, 2, false, 0);
         let mut rng = Stream::new(0, &["t"]);
-        let model = ProbPairModel::new(&p, 3, None, &mut rng).unwrap();
-        let (m, t) = model.readout();
+        let model = ProbPairModel::new(&upcc_nn::Cpu, &p, 3, None, &mut rng).unwrap();
+        let (m, t) = model.readout().unwrap();
         assert!(m.abs() < 1e-7 && (t - 0.1).abs() < 1e-6, "{m} {t}");
         let raw = TrainParams::new(
             TrainSettings {
@@ -514,7 +550,7 @@ mod tests {
             false,
             0,
         );
-        let model = ProbPairModel::new(&raw, 3, None, &mut rng).unwrap();
-        assert!((model.readout().1 - softplus(0.1)).abs() < 1e-6);
+        let model = ProbPairModel::new(&upcc_nn::Cpu, &raw, 3, None, &mut rng).unwrap();
+        assert!((model.readout().unwrap().1 - softplus(0.1)).abs() < 1e-6);
     }
 }

@@ -34,7 +34,7 @@ fn run() {
     let dims = [784usize, 500, 500, 2000, 10];
     for batch in batches {
         let mut rng = Stream::new(0, &["bench"]);
-        let mut params: Params<f32, Cpu> = Params::new(Cpu);
+        let mut params: Params<f32, Cpu> = Params::new(&Cpu);
         let enc = Mlp::new(
             &mut params,
             "encoder",
@@ -44,7 +44,8 @@ fn run() {
             WeightInit::Torch,
             0,
             &mut rng,
-        );
+        )
+        .expect("cpu");
         let rev: Vec<usize> = dims.iter().rev().copied().collect();
         let dec = Mlp::new(
             &mut params,
@@ -55,23 +56,24 @@ fn run() {
             WeightInit::Torch,
             0,
             &mut rng,
-        );
-        let mut opt = Adam::new(&params, vec![1e-3]);
+        )
+        .expect("cpu");
+        let mut opt = Adam::new(&params, vec![1e-3]).expect("cpu");
         let x: Vec<f32> = (0..batch * 784).map(|_| rng.uniform() as f32).collect();
-        let mut g = Graph::new(Cpu);
+        let mut g = Graph::new(&Cpu).expect("cpu");
         let mut times = Vec::new();
         for step in 0..35 {
             let t0 = Instant::now();
             g.reset();
             params.zero_grads();
-            let xi = g.input(&x, batch, 784);
+            let xi = g.input(&x, batch, 784).expect("cpu");
             let ta = Instant::now();
-            let z = enc.forward(&mut g, &params, xi, None);
+            let z = enc.forward(&mut g, &params, xi, None).expect("cpu");
             let tb = Instant::now();
-            let u = g.l2_normalize(z, 1e-12);
-            let r = dec.forward(&mut g, &params, u, None);
+            let u = g.l2_normalize(z, 1e-12).expect("cpu");
+            let r = dec.forward(&mut g, &params, u, None).expect("cpu");
             let tc = Instant::now();
-            let loss = g.sq_error(r, &x, 1.0 / (batch * 784) as f64);
+            let loss = g.sq_error(r, xi, 1.0 / (batch * 784) as f64).expect("cpu");
             if std::env::var("PROF").is_ok() && step >= 33 {
                 eprintln!(
                     "input {:.2} enc {:.2} dec {:.2} loss {:.2}",
@@ -82,9 +84,9 @@ fn run() {
                 );
             }
             let t1 = Instant::now();
-            g.backward(loss, &mut params);
+            g.backward(loss, &mut params).expect("cpu");
             let t2 = Instant::now();
-            opt.step(&mut params);
+            opt.step(&mut params).expect("cpu");
             if std::env::var("PROF").is_ok() && step >= 33 {
                 eprintln!(
                     "fwd {:.2} bwd {:.2} opt {:.2}",

@@ -1,18 +1,32 @@
 //! The tape: a forward pass records [`Op`]s; [`Graph::backward`] walks them in reverse and
 //! accumulates gradients into the parameters.
 //!
-//! Buffers are pooled by size and reused across steps (`reset`), so a training step does
-//! not allocate once the first step has run.
+//! Everything stays on the device: tensor values and gradients are device buffers, losses are
+//! f64 slots of a device-side scalar vector (read back only when asked, see
+//! [`Graph::accumulate`]), and index vectors for gathers and pairs are device buffers.
+//! Buffers are pooled by size and reused across steps (`reset`), so a training step does not
+//! allocate once the first step has run.
 
 use std::collections::HashMap;
 
-use crate::device::{Act, Device, GemmSpec};
+use crate::device::{Act, DResult, Device, GemmSpec, Ix};
 use crate::params::{ParamId, Params};
-use crate::scalar::{sigmoid, softplus, Real};
+use crate::scalar::Real;
 
 /// A value in the graph.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Var(usize);
+
+/// Loss slots a step may use (losses, their statistics and readout gradients).
+const SCALAR_SLOTS: usize = 256;
+
+/// Where an op's indices live.
+enum Indices<I> {
+    /// An index buffer uploaded for this op.
+    Owned(I),
+    /// A range of the graph's 0, 1, 2, … vector.
+    Iota { off: usize, len: usize },
+}
 
 enum Op<T: Real, D: Device<T>> {
     Input,
@@ -33,12 +47,12 @@ enum Op<T: Real, D: Device<T>> {
     },
     PairDot {
         u: Var,
-        a: Vec<u32>,
-        b: Vec<u32>,
+        a: Indices<D::Idx>,
+        b: Indices<D::Idx>,
     },
     Gather {
         x: Var,
-        idx: Vec<u32>,
+        idx: Indices<D::Idx>,
     },
     /// Scalar ops: the gradient w.r.t. the tensor input is computed in the forward pass
     /// (`d`), scaled by the upstream scalar gradient in backward.
@@ -47,8 +61,6 @@ enum Op<T: Real, D: Device<T>> {
         m: ParamId,
         t: ParamId,
         d: D::Buf,
-        dm_raw: f64,
-        dt_raw: f64,
     },
     SqError {
         x: Var,
@@ -71,12 +83,18 @@ struct Node<T: Real, D: Device<T>> {
     rows: usize,
     cols: usize,
     value: Option<D::Buf>,
-    /// Scalar value (losses).
-    scalar: f64,
+    /// Slot of a scalar node's value (losses) in the graph's scalar vector.
+    slot: usize,
     grad: Option<D::Buf>,
+    /// Upstream gradient of a scalar node: products of the constant coefficients of `sum`, so
+    /// it is known on the host without reading anything back.
     scalar_grad: f64,
     needs_grad: bool,
     op: Op<T, D>,
+}
+
+fn val<T: Real, D: Device<T>>(nodes: &[Node<T, D>], v: Var) -> &D::Buf {
+    nodes[v.0].value.as_ref().expect("tensor node has a value")
 }
 
 /// A recorded computation on device `D`.
@@ -84,15 +102,21 @@ pub struct Graph<T: Real, D: Device<T>> {
     dev: D,
     nodes: Vec<Node<T, D>>,
     pool: HashMap<usize, Vec<D::Buf>>,
+    scalars: D::Scalars,
+    next_slot: usize,
+    iota: D::Idx,
 }
 
 impl<T: Real, D: Device<T>> Graph<T, D> {
-    pub fn new(dev: D) -> Self {
-        Graph {
-            dev,
+    pub fn new(dev: &D) -> DResult<Self> {
+        Ok(Graph {
+            scalars: dev.scalars(SCALAR_SLOTS)?,
+            iota: dev.upload_idx(&[])?,
+            dev: dev.clone(),
             nodes: Vec::new(),
             pool: HashMap::new(),
-        }
+            next_slot: 0,
+        })
     }
 
     pub fn device(&self) -> &D {
@@ -101,6 +125,7 @@ impl<T: Real, D: Device<T>> Graph<T, D> {
 
     /// Forget the recorded ops, keeping their buffers for the next step.
     pub fn reset(&mut self) {
+        self.next_slot = 0;
         let nodes = std::mem::take(&mut self.nodes);
         for n in nodes {
             if let Some(v) = n.value {
@@ -127,25 +152,53 @@ impl<T: Real, D: Device<T>> Graph<T, D> {
     }
 
     /// A buffer of `len` elements with unspecified contents (callers overwrite it).
-    fn take(&mut self, len: usize) -> D::Buf {
+    fn take(&mut self, len: usize) -> DResult<D::Buf> {
         match self.pool.get_mut(&len).and_then(|v| v.pop()) {
-            Some(b) => b,
+            Some(b) => Ok(b),
             None => self.dev.zeros(len),
         }
     }
 
-    fn take_zeroed(&mut self, len: usize) -> D::Buf {
-        let mut b = self.take(len);
-        self.dev.fill(&mut b, T::ZERO);
-        b
+    fn take_zeroed(&mut self, len: usize) -> DResult<D::Buf> {
+        let mut b = self.take(len)?;
+        self.dev.fill(&mut b, T::ZERO)?;
+        Ok(b)
     }
 
+    fn slots(&mut self, n: usize) -> usize {
+        let s = self.next_slot;
+        assert!(
+            s + n <= SCALAR_SLOTS,
+            "more than {SCALAR_SLOTS} loss slots in one step"
+        );
+        self.next_slot += n;
+        s
+    }
+
+    /// Make sure the 0, 1, 2, … vector covers `n` entries.
+    fn ensure_iota(&mut self, n: usize) -> DResult<()> {
+        let have = self.dev.idx_len(&self.iota);
+        if have < n {
+            let len = n.max(2 * have).max(1024);
+            self.iota = self.dev.upload_idx(&(0..len as u32).collect::<Vec<_>>())?;
+        }
+        Ok(())
+    }
+
+    fn ix<'a>(dev_iota: &'a D::Idx, i: &'a Indices<D::Idx>, len_hint: usize) -> Ix<'a, D::Idx> {
+        match i {
+            Indices::Owned(b) => Ix::new(b, 0, len_hint),
+            Indices::Iota { off, len } => Ix::distinct(dev_iota, *off, *len),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn push(
         &mut self,
         rows: usize,
         cols: usize,
         value: Option<D::Buf>,
-        scalar: f64,
+        slot: usize,
         needs_grad: bool,
         op: Op<T, D>,
     ) -> Var {
@@ -153,7 +206,7 @@ impl<T: Real, D: Device<T>> Graph<T, D> {
             rows,
             cols,
             value,
-            scalar,
+            slot,
             grad: None,
             scalar_grad: 0.0,
             needs_grad,
@@ -175,26 +228,67 @@ impl<T: Real, D: Device<T>> Graph<T, D> {
     }
 
     /// Host copy of a tensor node.
-    pub fn to_host(&self, v: Var) -> Vec<T> {
+    pub fn to_host(&self, v: Var) -> DResult<Vec<T>> {
         self.dev.to_vec(self.value(v))
     }
 
-    /// The value of a scalar node (a loss).
-    pub fn scalar(&self, v: Var) -> f64 {
-        self.nodes[v.0].scalar
+    /// The value of a scalar node (a loss), read back from the device. Training loops use
+    /// [`Graph::accumulate`] instead and read once per epoch.
+    pub fn scalar(&self, v: Var) -> DResult<f64> {
+        self.scalar_at(v, 0)
+    }
+
+    /// Statistic `offset` of a scalar node (softmax cross-entropy: 1 = correct predictions).
+    pub fn scalar_at(&self, v: Var, offset: usize) -> DResult<f64> {
+        let all = self.dev.scalars_to_vec(&self.scalars)?;
+        Ok(all[self.nodes[v.0].slot + offset])
+    }
+
+    /// acc[dst] += coef · (statistic `offset` of scalar node v), on the device.
+    pub fn accumulate(
+        &self,
+        v: Var,
+        offset: usize,
+        coef: f64,
+        acc: &mut D::Scalars,
+        dst: usize,
+    ) -> DResult<()> {
+        self.dev
+            .scalars_accumulate(&self.scalars, self.nodes[v.0].slot + offset, coef, acc, dst)
     }
 
     /// A constant input (no gradient), rows×cols, from host data.
-    pub fn input(&mut self, data: &[T], rows: usize, cols: usize) -> Var {
+    pub fn input(&mut self, data: &[T], rows: usize, cols: usize) -> DResult<Var> {
         assert_eq!(
             data.len(),
             rows * cols,
             "input: {} values for {rows}×{cols}",
             data.len()
         );
-        let mut buf = self.take(rows * cols);
-        self.dev.write(&mut buf, data);
-        self.push(rows, cols, Some(buf), 0.0, false, Op::Input)
+        let mut buf = self.take(rows * cols)?;
+        self.dev.write(&mut buf, data)?;
+        Ok(self.push(rows, cols, Some(buf), 0, false, Op::Input))
+    }
+
+    /// A constant input: rows `idx` of the device matrix `x` (… × cols).
+    pub fn input_rows(&mut self, x: &D::Buf, cols: usize, idx: Ix<'_, D::Idx>) -> DResult<Var> {
+        let mut buf = self.take(idx.len * cols)?;
+        self.dev.gather_rows(x, cols, idx, &mut buf)?;
+        Ok(self.push(idx.len, cols, Some(buf), 0, false, Op::Input))
+    }
+
+    /// A constant input: rows `start..start + rows` of the device matrix `x` (… × cols).
+    pub fn input_slice(
+        &mut self,
+        x: &D::Buf,
+        start: usize,
+        rows: usize,
+        cols: usize,
+    ) -> DResult<Var> {
+        let mut buf = self.take(rows * cols)?;
+        self.dev
+            .copy_range(x, start * cols, &mut buf, 0, rows * cols)?;
+        Ok(self.push(rows, cols, Some(buf), 0, false, Op::Input))
     }
 
     /// y = act(x·Wᵀ + b), W stored out×in.
@@ -205,7 +299,7 @@ impl<T: Real, D: Device<T>> Graph<T, D> {
         w: ParamId,
         b: Option<ParamId>,
         act: Act,
-    ) -> Var {
+    ) -> DResult<Var> {
         let (rows, in_dim) = self.shape(x);
         let (out_dim, w_in) = params.shape(w);
         assert_eq!(
@@ -214,7 +308,7 @@ impl<T: Real, D: Device<T>> Graph<T, D> {
             "linear `{}`: input has {in_dim} columns, weight expects {w_in}",
             params.name(w)
         );
-        let mut y = self.take(rows * out_dim);
+        let mut y = self.take(rows * out_dim)?;
         let spec = GemmSpec {
             m: rows,
             n: out_dim,
@@ -223,197 +317,253 @@ impl<T: Real, D: Device<T>> Graph<T, D> {
             b_t: true,
             accumulate: false,
         };
-        self.dev.gemm(spec, self.value(x), params.value(w), &mut y);
         self.dev
-            .bias_act(&mut y, b.map(|b| params.value(b)), rows, out_dim, act);
-        self.push(
-            rows,
-            out_dim,
-            Some(y),
-            0.0,
-            true,
-            Op::Linear { x, w, b, act },
-        )
+            .gemm(spec, self.value(x), params.value(w), &mut y)?;
+        self.dev
+            .bias_act(&mut y, b.map(|b| params.value(b)), rows, out_dim, act)?;
+        Ok(self.push(rows, out_dim, Some(y), 0, true, Op::Linear { x, w, b, act }))
     }
 
-    /// y = x ⊙ mask (dropout with a pre-scaled mask, or masking noise).
-    pub fn mask(&mut self, x: Var, mask: &[T]) -> Var {
+    /// y = x ⊙ mask (dropout with a pre-scaled mask, or masking noise), mask from the host.
+    pub fn mask(&mut self, x: Var, mask: &[T]) -> DResult<Var> {
         let (rows, cols) = self.shape(x);
         assert_eq!(mask.len(), rows * cols);
-        let mut m = self.take(rows * cols);
-        self.dev.write(&mut m, mask);
-        let mut y = self.take(rows * cols);
-        self.dev.mul(self.value(x), &m, &mut y);
+        let mut m = self.take(rows * cols)?;
+        self.dev.write(&mut m, mask)?;
+        let mut y = self.take(rows * cols)?;
+        self.dev.mul(self.value(x), &m, &mut y)?;
         let needs = self.nodes[x.0].needs_grad;
-        self.push(rows, cols, Some(y), 0.0, needs, Op::Mask { x, mask: m })
+        Ok(self.push(rows, cols, Some(y), 0, needs, Op::Mask { x, mask: m }))
     }
 
     /// Row-wise L2 normalisation, norms clamped below at `eps` (as `F.normalize`).
-    pub fn l2_normalize(&mut self, x: Var, eps: T) -> Var {
+    pub fn l2_normalize(&mut self, x: Var, eps: T) -> DResult<Var> {
         let (rows, cols) = self.shape(x);
-        let mut y = self.take(rows * cols);
-        let mut norms = self.take(rows);
+        let mut y = self.take(rows * cols)?;
+        let mut norms = self.take(rows)?;
         self.dev
-            .l2norm(self.value(x), rows, cols, eps, &mut y, &mut norms);
+            .l2norm(self.value(x), rows, cols, eps, &mut y, &mut norms)?;
         let needs = self.nodes[x.0].needs_grad;
-        self.push(
-            rows,
-            cols,
-            Some(y),
-            0.0,
-            needs,
-            Op::L2Norm { x, norms, eps },
-        )
+        Ok(self.push(rows, cols, Some(y), 0, needs, Op::L2Norm { x, norms, eps }))
     }
 
-    /// out_i = ⟨u[a_i], u[b_i]⟩ (cosines when u is normalised), as an n×1 column.
-    pub fn pair_dot(&mut self, u: Var, a: &[u32], b: &[u32]) -> Var {
-        assert_eq!(a.len(), b.len());
+    fn pair_dot_with(
+        &mut self,
+        u: Var,
+        n: usize,
+        a: Indices<D::Idx>,
+        b: Indices<D::Idx>,
+    ) -> DResult<Var> {
         let (_, cols) = self.shape(u);
-        let mut out = self.take(a.len());
-        self.dev.pair_dot(self.value(u), cols, a, b, &mut out);
+        let mut out = self.take(n)?;
+        self.dev.pair_dot(
+            self.value(u),
+            cols,
+            Self::ix(&self.iota, &a, n),
+            Self::ix(&self.iota, &b, n),
+            &mut out,
+        )?;
         let needs = self.nodes[u.0].needs_grad;
-        self.push(
-            a.len(),
-            1,
-            Some(out),
-            0.0,
-            needs,
-            Op::PairDot {
-                u,
-                a: a.to_vec(),
-                b: b.to_vec(),
-            },
+        Ok(self.push(n, 1, Some(out), 0, needs, Op::PairDot { u, a, b }))
+    }
+
+    /// out_i = ⟨u[a_i], u[b_i]⟩ (cosines when u is normalised), as an n×1 column; indices
+    /// from the host.
+    pub fn pair_dot(&mut self, u: Var, a: &[u32], b: &[u32]) -> DResult<Var> {
+        assert_eq!(a.len(), b.len());
+        let ia = Indices::Owned(self.dev.upload_idx(a)?);
+        let ib = Indices::Owned(self.dev.upload_idx(b)?);
+        self.pair_dot_with(u, a.len(), ia, ib)
+    }
+
+    /// out_i = ⟨u[a0 + i], u[b0 + i]⟩ for i < n: pairs of two row blocks of u.
+    pub fn pair_dot_blocks(&mut self, u: Var, a0: usize, b0: usize, n: usize) -> DResult<Var> {
+        self.ensure_iota(a0.max(b0) + n)?;
+        self.pair_dot_with(
+            u,
+            n,
+            Indices::Iota { off: a0, len: n },
+            Indices::Iota { off: b0, len: n },
         )
     }
 
-    /// Rows `idx` of x.
-    pub fn gather(&mut self, x: Var, idx: &[u32]) -> Var {
+    fn gather_with(&mut self, x: Var, n: usize, idx: Indices<D::Idx>) -> DResult<Var> {
         let (_, cols) = self.shape(x);
-        let mut out = self.take(idx.len() * cols);
-        self.dev.gather_rows(self.value(x), cols, idx, &mut out);
+        let mut out = self.take(n * cols)?;
+        self.dev
+            .gather_rows(self.value(x), cols, Self::ix(&self.iota, &idx, n), &mut out)?;
         let needs = self.nodes[x.0].needs_grad;
-        self.push(
-            idx.len(),
-            cols,
-            Some(out),
-            0.0,
-            needs,
-            Op::Gather {
-                x,
-                idx: idx.to_vec(),
-            },
-        )
+        Ok(self.push(n, cols, Some(out), 0, needs, Op::Gather { x, idx }))
+    }
+
+    /// Rows `idx` of x (indices from the host).
+    pub fn gather(&mut self, x: Var, idx: &[u32]) -> DResult<Var> {
+        let i = Indices::Owned(self.dev.upload_idx(idx)?);
+        self.gather_with(x, idx.len(), i)
     }
 
     /// Rows start..end of x.
-    pub fn rows(&mut self, x: Var, start: usize, end: usize) -> Var {
-        let idx: Vec<u32> = (start as u32..end as u32).collect();
-        self.gather(x, &idx)
+    pub fn rows(&mut self, x: Var, start: usize, end: usize) -> DResult<Var> {
+        self.ensure_iota(end)?;
+        self.gather_with(
+            x,
+            end - start,
+            Indices::Iota {
+                off: start,
+                len: end - start,
+            },
+        )
     }
 
     /// ProbPair loss (1/denom) Σ w_i BCE(y_i, σ((c_i − m)/T)) with m = tanh(m_raw),
-    /// T = softplus(t_raw).
+    /// T = softplus(t_raw); y and w are n×1 columns.
+    #[allow(clippy::too_many_arguments)]
     pub fn probpair_loss(
         &mut self,
         params: &Params<T, D>,
         c: Var,
         m_raw: ParamId,
         t_raw: ParamId,
-        y: &[T],
-        w: &[T],
+        y: Var,
+        w: Var,
         denom: f64,
-    ) -> Var {
+    ) -> DResult<Var> {
         let n = self.shape(c).0;
-        assert_eq!(y.len(), n);
-        assert_eq!(w.len(), n);
-        let (mr, tr) = (params.scalar(m_raw), params.scalar(t_raw));
-        let m = mr.tanh();
-        let t = softplus(tr);
-        let mut d = self.take(n);
-        let (loss, g) = self
-            .dev
-            .probpair_bce(self.value(c), m, t, y, w, denom, &mut d);
-        let dm_raw = g.dm * (1.0 - m.to_f64() * m.to_f64());
-        let dt_raw = g.dt * sigmoid(tr.to_f64());
-        self.push(
+        assert_eq!(self.shape(y).0, n);
+        assert_eq!(self.shape(w).0, n);
+        let mut d = self.take(n)?;
+        let slot = self.slots(3);
+        self.dev.probpair_bce(
+            val(&self.nodes, c),
+            params.value(m_raw),
+            params.value(t_raw),
+            val(&self.nodes, y),
+            val(&self.nodes, w),
+            denom,
+            &mut d,
+            &mut self.scalars,
+            slot,
+        )?;
+        Ok(self.push(
             1,
             1,
             None,
-            loss,
+            slot,
             true,
             Op::ProbPair {
                 c,
                 m: m_raw,
                 t: t_raw,
                 d,
-                dm_raw,
-                dt_raw,
             },
-        )
+        ))
     }
 
     /// scale · Σ (x − target)² (reconstruction; scale = 1/(rows·cols) for a mean).
-    pub fn sq_error(&mut self, x: Var, target: &[T], scale: f64) -> Var {
+    pub fn sq_error(&mut self, x: Var, target: Var, scale: f64) -> DResult<Var> {
         let (rows, cols) = self.shape(x);
-        assert_eq!(target.len(), rows * cols);
-        let mut d = self.take(rows * cols);
-        let mut t = self.take(rows * cols);
-        self.dev.write(&mut t, target);
-        let loss = self.dev.sq_error(self.value(x), &t, scale, &mut d);
-        self.give(t);
-        self.push(1, 1, None, loss, true, Op::SqError { x, d })
+        assert_eq!(self.shape(target), (rows, cols), "sq_error: target shape");
+        let mut d = self.take(rows * cols)?;
+        let slot = self.slots(1);
+        self.dev.sq_error(
+            val(&self.nodes, x),
+            val(&self.nodes, target),
+            scale,
+            &mut d,
+            &mut self.scalars,
+            slot,
+        )?;
+        Ok(self.push(1, 1, None, slot, true, Op::SqError { x, d }))
     }
 
-    /// Mean softmax cross-entropy; also returns the number of correct argmax predictions.
-    pub fn softmax_ce(&mut self, logits: Var, labels: &[u32]) -> (Var, usize) {
+    /// [`Graph::sq_error`] against host data.
+    pub fn sq_error_host(&mut self, x: Var, target: &[T], scale: f64) -> DResult<Var> {
+        let (rows, cols) = self.shape(x);
+        let t = self.input(target, rows, cols)?;
+        self.sq_error(x, t, scale)
+    }
+
+    /// Mean softmax cross-entropy against labels on the device; statistic 1 of the result is
+    /// the number of correct argmax predictions.
+    pub fn softmax_ce(&mut self, logits: Var, labels: Ix<'_, D::Idx>) -> DResult<Var> {
         let (rows, cols) = self.shape(logits);
-        let mut d = self.take(rows * cols);
-        let (loss, correct) = self
-            .dev
-            .softmax_ce(self.value(logits), rows, cols, labels, &mut d);
-        (
-            self.push(1, 1, None, loss, true, Op::SoftmaxCe { logits, d }),
-            correct,
-        )
+        assert_eq!(labels.len, rows);
+        let mut d = self.take(rows * cols)?;
+        let slot = self.slots(2);
+        self.dev.softmax_ce(
+            val(&self.nodes, logits),
+            rows,
+            cols,
+            labels,
+            &mut d,
+            &mut self.scalars,
+            slot,
+        )?;
+        Ok(self.push(1, 1, None, slot, true, Op::SoftmaxCe { logits, d }))
     }
 
     /// (1/denom) Σ w_i [huber_δ(p_i − t_i) + λ p_i²] for an n×1 prediction column.
+    #[allow(clippy::too_many_arguments)]
     pub fn huber_l2(
         &mut self,
         p: Var,
-        target: &[T],
-        w: Option<&[T]>,
+        target: Var,
+        w: Option<Var>,
         delta: f64,
+        smooth: bool,
         lambda: f64,
         denom: f64,
-    ) -> Var {
+    ) -> DResult<Var> {
         let n = self.shape(p).0 * self.shape(p).1;
-        let mut d = self.take(n);
-        let loss = self
-            .dev
-            .huber_l2(self.value(p), target, w, delta, lambda, denom, &mut d);
-        self.push(1, 1, None, loss, true, Op::Huber { p, d })
+        let mut d = self.take(n)?;
+        let slot = self.slots(1);
+        self.dev.huber_l2(
+            val(&self.nodes, p),
+            val(&self.nodes, target),
+            w.map(|w| val(&self.nodes, w)),
+            delta,
+            smooth,
+            lambda,
+            denom,
+            &mut d,
+            &mut self.scalars,
+            slot,
+        )?;
+        Ok(self.push(1, 1, None, slot, true, Op::Huber { p, d }))
+    }
+
+    /// Row-wise softmax of x as a constant (predictions; no gradient flows through it).
+    pub fn softmax_rows(&mut self, x: Var) -> DResult<Var> {
+        let (rows, cols) = self.shape(x);
+        let mut out = self.take(rows * cols)?;
+        self.dev
+            .softmax_rows(val(&self.nodes, x), rows, cols, &mut out)?;
+        Ok(self.push(rows, cols, Some(out), 0, false, Op::Input))
     }
 
     /// Σ coef · term over scalar nodes.
-    pub fn sum(&mut self, terms: &[(Var, f64)]) -> Var {
-        let v: f64 = terms.iter().map(|(t, c)| c * self.nodes[t.0].scalar).sum();
-        self.push(
+    pub fn sum(&mut self, terms: &[(Var, f64)]) -> DResult<Var> {
+        let slot = self.slots(1);
+        let src: Vec<(usize, f64)> = terms
+            .iter()
+            .map(|(v, c)| (self.nodes[v.0].slot, *c))
+            .collect();
+        self.dev.scalars_combine(&mut self.scalars, slot, &src)?;
+        Ok(self.push(
             1,
             1,
             None,
-            v,
+            slot,
             true,
             Op::Sum {
                 terms: terms.to_vec(),
             },
-        )
+        ))
     }
 
-    fn acc_grad(&mut self, v: Var) -> D::Buf {
+    fn acc_grad(&mut self, v: Var) -> DResult<D::Buf> {
         match self.nodes[v.0].grad.take() {
-            Some(g) => g,
+            Some(g) => Ok(g),
             None => {
                 let n = self.nodes[v.0].rows * self.nodes[v.0].cols;
                 self.take_zeroed(n)
@@ -422,165 +572,173 @@ impl<T: Real, D: Device<T>> Graph<T, D> {
     }
 
     /// Back-propagate from scalar `loss`, accumulating into `params`' gradients.
-    pub fn backward(&mut self, loss: Var, params: &mut Params<T, D>) {
+    pub fn backward(&mut self, loss: Var, params: &mut Params<T, D>) -> DResult<()> {
         self.nodes[loss.0].scalar_grad = 1.0;
         for i in (0..self.nodes.len()).rev() {
             if !self.nodes[i].needs_grad {
                 continue;
             }
             let op = std::mem::replace(&mut self.nodes[i].op, Op::Input);
-            match &op {
-                Op::Input => {}
-                Op::Sum { terms } => {
-                    let g = self.nodes[i].scalar_grad;
-                    for (t, c) in terms {
-                        self.nodes[t.0].scalar_grad += g * c;
-                    }
-                }
-                Op::ProbPair {
-                    c,
-                    m,
-                    t,
-                    d,
-                    dm_raw,
-                    dt_raw,
-                } => {
-                    let g = self.nodes[i].scalar_grad;
-                    if g != 0.0 {
-                        if self.nodes[c.0].needs_grad {
-                            let mut gc = self.acc_grad(*c);
-                            self.dev.axpy(T::from_f64(g), d, &mut gc);
-                            self.nodes[c.0].grad = Some(gc);
-                        }
-                        add_scalar_grad(params, *m, g * dm_raw);
-                        add_scalar_grad(params, *t, g * dt_raw);
-                    }
-                }
-                Op::SqError { x: src, d }
-                | Op::SoftmaxCe { logits: src, d }
-                | Op::Huber { p: src, d } => {
-                    let g = self.nodes[i].scalar_grad;
-                    if g != 0.0 && self.nodes[src.0].needs_grad {
-                        let mut gx = self.acc_grad(*src);
-                        self.dev.axpy(T::from_f64(g), d, &mut gx);
-                        self.nodes[src.0].grad = Some(gx);
-                    }
-                }
-                Op::Linear { x, w, b, act } => {
-                    if let Some(dy) = self.nodes[i].grad.take() {
-                        let (rows, out_dim) = (self.nodes[i].rows, self.nodes[i].cols);
-                        let in_dim = self.nodes[x.0].cols;
-                        let dz = if *act == Act::Identity {
-                            dy
-                        } else {
-                            let mut dz = self.take(rows * out_dim);
-                            self.dev.act_backward(
-                                self.nodes[i].value.as_ref().expect("value"),
-                                &dy,
-                                &mut dz,
-                                *act,
-                            );
-                            self.give(dy);
-                            dz
-                        };
-                        if let Some(b) = b {
-                            let (db, accumulate) = params.grad_for_write(*b);
-                            if !accumulate {
-                                self.dev.fill(db, T::ZERO);
-                            }
-                            self.dev.col_sums_acc(&dz, rows, out_dim, db);
-                        }
-                        let xv = self.nodes[x.0].value.as_ref().expect("value");
-                        let (wv, dw, accumulate) = params.value_and_grad_for_write(*w);
-                        let dw_spec = GemmSpec {
-                            m: out_dim,
-                            n: in_dim,
-                            k: rows,
-                            a_t: true,
-                            b_t: false,
-                            accumulate,
-                        };
-                        if self.nodes[x.0].needs_grad {
-                            let (mut dx, dx_accumulate) = match self.nodes[x.0].grad.take() {
-                                Some(g) => (g, true),
-                                None => (self.take(rows * in_dim), false),
-                            };
-                            let dx_spec = GemmSpec {
-                                m: rows,
-                                n: in_dim,
-                                k: out_dim,
-                                a_t: false,
-                                b_t: false,
-                                accumulate: dx_accumulate,
-                            };
-                            let xv = self.nodes[x.0].value.as_ref().expect("value");
-                            self.dev
-                                .gemm2(dw_spec, &dz, xv, dw, dx_spec, &dz, wv, &mut dx);
-                            self.nodes[x.0].grad = Some(dx);
-                        } else {
-                            self.dev.gemm(dw_spec, &dz, xv, dw);
-                        }
-                        self.nodes[i].grad = Some(dz);
-                    }
-                }
-                Op::Mask { x, mask } => {
-                    if let Some(dy) = self.nodes[i].grad.take() {
-                        let mut dx = self.acc_grad(*x);
-                        self.dev.mul_acc(&dy, mask, &mut dx);
-                        self.nodes[x.0].grad = Some(dx);
-                        self.nodes[i].grad = Some(dy);
-                    }
-                }
-                Op::L2Norm { x, norms, eps } => {
-                    if let Some(dy) = self.nodes[i].grad.take() {
-                        let (rows, cols) = (self.nodes[i].rows, self.nodes[i].cols);
-                        let mut dx = self.acc_grad(*x);
-                        self.dev.l2norm_backward(
-                            self.nodes[i].value.as_ref().expect("value"),
-                            norms,
-                            *eps,
-                            &dy,
-                            rows,
-                            cols,
-                            &mut dx,
-                        );
-                        self.nodes[x.0].grad = Some(dx);
-                        self.nodes[i].grad = Some(dy);
-                    }
-                }
-                Op::PairDot { u, a, b } => {
-                    if let Some(dy) = self.nodes[i].grad.take() {
-                        let cols = self.nodes[u.0].cols;
-                        let mut du = self.acc_grad(*u);
-                        self.dev.pair_dot_backward(
-                            self.nodes[u.0].value.as_ref().expect("value"),
-                            cols,
-                            a,
-                            b,
-                            &dy,
-                            &mut du,
-                        );
-                        self.nodes[u.0].grad = Some(du);
-                        self.nodes[i].grad = Some(dy);
-                    }
-                }
-                Op::Gather { x, idx } => {
-                    if let Some(dy) = self.nodes[i].grad.take() {
-                        let cols = self.nodes[x.0].cols;
-                        let mut dx = self.acc_grad(*x);
-                        self.dev.scatter_add_rows(&dy, cols, idx, &mut dx);
-                        self.nodes[x.0].grad = Some(dx);
-                        self.nodes[i].grad = Some(dy);
-                    }
+            let r = self.backward_op(i, &op, params);
+            self.nodes[i].op = op;
+            r?;
+        }
+        Ok(())
+    }
+
+    fn backward_op(&mut self, i: usize, op: &Op<T, D>, params: &mut Params<T, D>) -> DResult<()> {
+        match op {
+            Op::Input => {}
+            Op::Sum { terms } => {
+                let g = self.nodes[i].scalar_grad;
+                for (t, c) in terms {
+                    self.nodes[t.0].scalar_grad += g * c;
                 }
             }
-            self.nodes[i].op = op;
+            Op::ProbPair { c, m, t, d } => {
+                let g = self.nodes[i].scalar_grad;
+                if g != 0.0 {
+                    if self.nodes[c.0].needs_grad {
+                        let mut gc = self.acc_grad(*c)?;
+                        self.dev.axpy(T::from_f64(g), d, &mut gc)?;
+                        self.nodes[c.0].grad = Some(gc);
+                    }
+                    let slot = self.nodes[i].slot;
+                    self.dev
+                        .scalar_to_grad(&self.scalars, slot + 1, g, params.grad_mut(*m)?)?;
+                    self.dev
+                        .scalar_to_grad(&self.scalars, slot + 2, g, params.grad_mut(*t)?)?;
+                }
+            }
+            Op::SqError { x: src, d }
+            | Op::SoftmaxCe { logits: src, d }
+            | Op::Huber { p: src, d } => {
+                let g = self.nodes[i].scalar_grad;
+                if g != 0.0 && self.nodes[src.0].needs_grad {
+                    let mut gx = self.acc_grad(*src)?;
+                    self.dev.axpy(T::from_f64(g), d, &mut gx)?;
+                    self.nodes[src.0].grad = Some(gx);
+                }
+            }
+            Op::Linear { x, w, b, act } => {
+                let Some(dy) = self.nodes[i].grad.take() else {
+                    return Ok(());
+                };
+                let (rows, out_dim) = (self.nodes[i].rows, self.nodes[i].cols);
+                let in_dim = self.nodes[x.0].cols;
+                let dz = if *act == Act::Identity {
+                    dy
+                } else {
+                    let mut dz = self.take(rows * out_dim)?;
+                    self.dev.act_backward(
+                        self.nodes[i].value.as_ref().expect("value"),
+                        &dy,
+                        &mut dz,
+                        *act,
+                    )?;
+                    self.give(dy);
+                    dz
+                };
+                if let Some(b) = b {
+                    let (db, accumulate) = params.grad_for_write(*b);
+                    if !accumulate {
+                        self.dev.fill(db, T::ZERO)?;
+                    }
+                    self.dev.col_sums_acc(&dz, rows, out_dim, db)?;
+                }
+                let (wv, dw, accumulate) = params.value_and_grad_for_write(*w);
+                let dw_spec = GemmSpec {
+                    m: out_dim,
+                    n: in_dim,
+                    k: rows,
+                    a_t: true,
+                    b_t: false,
+                    accumulate,
+                };
+                if self.nodes[x.0].needs_grad {
+                    let (mut dx, dx_accumulate) = match self.nodes[x.0].grad.take() {
+                        Some(g) => (g, true),
+                        None => (self.take(rows * in_dim)?, false),
+                    };
+                    let dx_spec = GemmSpec {
+                        m: rows,
+                        n: in_dim,
+                        k: out_dim,
+                        a_t: false,
+                        b_t: false,
+                        accumulate: dx_accumulate,
+                    };
+                    let xv = self.nodes[x.0].value.as_ref().expect("value");
+                    let r = self
+                        .dev
+                        .gemm2(dw_spec, &dz, xv, dw, dx_spec, &dz, wv, &mut dx);
+                    self.nodes[x.0].grad = Some(dx);
+                    r?;
+                } else {
+                    let xv = self.nodes[x.0].value.as_ref().expect("value");
+                    self.dev.gemm(dw_spec, &dz, xv, dw)?;
+                }
+                self.nodes[i].grad = Some(dz);
+            }
+            Op::Mask { x, mask } => {
+                if let Some(dy) = self.nodes[i].grad.take() {
+                    let mut dx = self.acc_grad(*x)?;
+                    let r = self.dev.mul_acc(&dy, mask, &mut dx);
+                    self.nodes[x.0].grad = Some(dx);
+                    self.nodes[i].grad = Some(dy);
+                    r?;
+                }
+            }
+            Op::L2Norm { x, norms, eps } => {
+                if let Some(dy) = self.nodes[i].grad.take() {
+                    let (rows, cols) = (self.nodes[i].rows, self.nodes[i].cols);
+                    let mut dx = self.acc_grad(*x)?;
+                    let r = self.dev.l2norm_backward(
+                        self.nodes[i].value.as_ref().expect("value"),
+                        norms,
+                        *eps,
+                        &dy,
+                        rows,
+                        cols,
+                        &mut dx,
+                    );
+                    self.nodes[x.0].grad = Some(dx);
+                    self.nodes[i].grad = Some(dy);
+                    r?;
+                }
+            }
+            Op::PairDot { u, a, b } => {
+                if let Some(dy) = self.nodes[i].grad.take() {
+                    let cols = self.nodes[u.0].cols;
+                    let n = self.nodes[i].rows;
+                    let mut du = self.acc_grad(*u)?;
+                    let r = self.dev.pair_dot_backward(
+                        self.nodes[u.0].value.as_ref().expect("value"),
+                        cols,
+                        Self::ix(&self.iota, a, n),
+                        Self::ix(&self.iota, b, n),
+                        &dy,
+                        &mut du,
+                    );
+                    self.nodes[u.0].grad = Some(du);
+                    self.nodes[i].grad = Some(dy);
+                    r?;
+                }
+            }
+            Op::Gather { x, idx } => {
+                if let Some(dy) = self.nodes[i].grad.take() {
+                    let cols = self.nodes[x.0].cols;
+                    let n = self.nodes[i].rows;
+                    let mut dx = self.acc_grad(*x)?;
+                    let r =
+                        self.dev
+                            .scatter_add_rows(&dy, cols, Self::ix(&self.iota, idx, n), &mut dx);
+                    self.nodes[x.0].grad = Some(dx);
+                    self.nodes[i].grad = Some(dy);
+                    r?;
+                }
+            }
         }
+        Ok(())
     }
-}
-
-fn add_scalar_grad<T: Real, D: Device<T>>(params: &mut Params<T, D>, id: ParamId, g: f64) {
-    let dev = params.device().clone();
-    let src = dev.upload(&[T::from_f64(g)]);
-    dev.axpy(T::ONE, &src, params.grad_mut(id));
 }

@@ -1,6 +1,6 @@
 //! Layers built from parameters: linear layers and MLPs (encoders, decoders, classifiers).
 
-use crate::device::{Act, Device};
+use crate::device::{Act, DResult, Device};
 use crate::graph::{Graph, Var};
 use crate::params::{Init, ParamId, Params};
 use crate::rng::Stream;
@@ -25,7 +25,7 @@ impl Linear {
         init: WeightInit,
         group: usize,
         rng: &mut Stream,
-    ) -> Self {
+    ) -> DResult<Self> {
         let (wi, bi) = match init {
             WeightInit::Torch => (
                 Init::TorchLinear { fan_in: in_dim },
@@ -33,14 +33,14 @@ impl Linear {
             ),
             WeightInit::Uniform(r) => (Init::Uniform(r), Init::Uniform(r)),
         };
-        let weight = params.add(&format!("{name}.weight"), out_dim, in_dim, wi, group, rng);
-        let bias = params.add(&format!("{name}.bias"), 1, out_dim, bi, group, rng);
-        Linear {
+        let weight = params.add(&format!("{name}.weight"), out_dim, in_dim, wi, group, rng)?;
+        let bias = params.add(&format!("{name}.bias"), 1, out_dim, bi, group, rng)?;
+        Ok(Linear {
             weight,
             bias,
             in_dim,
             out_dim,
-        }
+        })
     }
 
     pub fn forward<T: Real, D: Device<T>>(
@@ -49,7 +49,7 @@ impl Linear {
         params: &Params<T, D>,
         x: Var,
         act: Act,
-    ) -> Var {
+    ) -> DResult<Var> {
         g.linear(params, x, self.weight, Some(self.bias), act)
     }
 }
@@ -82,7 +82,7 @@ impl Mlp {
         init: WeightInit,
         group: usize,
         rng: &mut Stream,
-    ) -> Self {
+    ) -> DResult<Self> {
         assert!(
             dims.len() >= 2,
             "an MLP needs at least input and output sizes"
@@ -101,12 +101,12 @@ impl Mlp {
                     rng,
                 )
             })
-            .collect();
-        Mlp {
+            .collect::<DResult<_>>()?;
+        Ok(Mlp {
             layers,
             hidden_act,
             out_act,
-        }
+        })
     }
 
     pub fn in_dim(&self) -> usize {
@@ -125,7 +125,7 @@ impl Mlp {
         params: &Params<T, D>,
         x: Var,
         mut dropout: Option<(f64, &mut Stream)>,
-    ) -> Var {
+    ) -> DResult<Var> {
         let mut h = x;
         let last = self.layers.len() - 1;
         for (i, layer) in self.layers.iter().enumerate() {
@@ -134,18 +134,18 @@ impl Mlp {
             } else {
                 self.hidden_act
             };
-            h = layer.forward(g, params, h, act);
+            h = layer.forward(g, params, h, act)?;
             if i != last {
                 if let Some((p, rng)) = dropout.as_mut() {
                     if *p > 0.0 {
                         let (rows, cols) = g.shape(h);
                         let mask = dropout_mask::<T>(rows * cols, *p, rng);
-                        h = g.mask(h, &mask);
+                        h = g.mask(h, &mask)?;
                     }
                 }
             }
         }
-        h
+        Ok(h)
     }
 }
 

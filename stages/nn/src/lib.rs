@@ -4,6 +4,9 @@
 //! trait so a GPU backend can be added without touching training code. Every op's backward
 //! pass is checked against central finite differences in f64 (`tests/gradcheck`).
 
+pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod device;
 pub mod graph;
 pub mod io;
@@ -12,8 +15,12 @@ pub mod optim;
 pub mod params;
 pub mod rng;
 pub mod scalar;
+pub mod science;
 
-pub use device::{Act, Cpu, Device, GemmSpec};
+pub use cpu::Cpu;
+#[cfg(feature = "cuda")]
+pub use cuda::Cuda;
+pub use device::{Act, DResult, Device, DeviceError, DeviceInfo, GemmSpec, Ix};
 pub use graph::{Graph, Var};
 pub use layers::{dropout_mask, masking_noise, Linear, Mlp, WeightInit};
 pub use optim::{Adam, Sgd};

@@ -1,6 +1,6 @@
 //! Optimisers with PyTorch's update rules.
 
-use crate::device::Device;
+use crate::device::{DResult, Device};
 use crate::params::Params;
 use crate::scalar::Real;
 
@@ -17,17 +17,17 @@ pub struct Adam<T: Real, D: Device<T>> {
 
 impl<T: Real, D: Device<T>> Adam<T, D> {
     /// `lrs[g]` is the learning rate of parameter group g.
-    pub fn new(params: &Params<T, D>, lrs: Vec<f64>) -> Self {
+    pub fn new(params: &Params<T, D>, lrs: Vec<f64>) -> DResult<Self> {
         let dev = params.device();
         let m = params
             .ids()
             .map(|id| dev.zeros(dev.len(params.value(id))))
-            .collect();
+            .collect::<DResult<_>>()?;
         let v = params
             .ids()
             .map(|id| dev.zeros(dev.len(params.value(id))))
-            .collect();
-        Adam {
+            .collect::<DResult<_>>()?;
+        Ok(Adam {
             lrs,
             beta1: 0.9,
             beta2: 0.999,
@@ -35,12 +35,12 @@ impl<T: Real, D: Device<T>> Adam<T, D> {
             step: 0,
             m,
             v,
-        }
+        })
     }
 
-    pub fn step(&mut self, params: &mut Params<T, D>) {
+    pub fn step(&mut self, params: &mut Params<T, D>) -> DResult<()> {
         self.step += 1;
-        params.settle_grads();
+        params.settle_grads()?;
         let dev = params.device().clone();
         for id in params.ids().collect::<Vec<_>>() {
             let lr = self.lrs[params.group(id)];
@@ -55,8 +55,9 @@ impl<T: Real, D: Device<T>> Adam<T, D> {
                 self.beta2,
                 self.eps,
                 self.step,
-            );
+            )?;
         }
+        Ok(())
     }
 }
 
@@ -69,22 +70,22 @@ pub struct Sgd<T: Real, D: Device<T>> {
 }
 
 impl<T: Real, D: Device<T>> Sgd<T, D> {
-    pub fn new(params: &Params<T, D>, lr: f64, momentum: f64) -> Self {
+    pub fn new(params: &Params<T, D>, lr: f64, momentum: f64) -> DResult<Self> {
         let dev = params.device();
         let bufs = params
             .ids()
             .map(|id| dev.zeros(dev.len(params.value(id))))
-            .collect();
-        Sgd {
+            .collect::<DResult<_>>()?;
+        Ok(Sgd {
             lr,
             momentum,
             first: true,
             bufs,
-        }
+        })
     }
 
-    pub fn step(&mut self, params: &mut Params<T, D>) {
-        params.settle_grads();
+    pub fn step(&mut self, params: &mut Params<T, D>) -> DResult<()> {
+        params.settle_grads()?;
         let dev = params.device().clone();
         for id in params.ids().collect::<Vec<_>>() {
             let (p, g) = params.value_and_grad_mut(id);
@@ -95,62 +96,72 @@ impl<T: Real, D: Device<T>> Sgd<T, D> {
                 self.lr,
                 self.momentum,
                 self.first,
-            );
+            )?;
         }
         self.first = false;
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::Cpu;
+    use crate::cpu::Cpu;
     use crate::params::Init;
     use crate::rng::Stream;
 
     #[test]
     fn adam_first_steps_match_hand_computation() {
         // With a constant gradient g, Adam's bias-corrected step is lr·g/(|g| + eps') ≈ lr.
-        let mut params: Params<f64, Cpu> = Params::new(Cpu);
+        let mut params: Params<f64, Cpu> = Params::new(&Cpu);
         let mut rng = Stream::new(0, &["t"]);
-        let id = params.add("p", 1, 1, Init::Const(1.0), 0, &mut rng);
-        let mut opt = Adam::new(&params, vec![0.1]);
+        let id = params
+            .add("p", 1, 1, Init::Const(1.0), 0, &mut rng)
+            .unwrap();
+        let mut opt = Adam::new(&params, vec![0.1]).unwrap();
         for _ in 0..3 {
             params.zero_grads();
-            params.grad_mut(id)[0] = 2.0;
-            opt.step(&mut params);
+            params.grad_mut(id).unwrap()[0] = 2.0;
+            opt.step(&mut params).unwrap();
         }
         let expect = 1.0 - 3.0 * 0.1 * 2.0 / (2.0 + 1e-8);
         assert!(
-            (params.scalar(id) - expect).abs() < 1e-9,
+            (params.scalar(id).unwrap() - expect).abs() < 1e-9,
             "{}",
-            params.scalar(id)
+            params.scalar(id).unwrap()
         );
     }
 
     #[test]
     fn sgd_momentum_matches_torch_rule() {
-        let mut params: Params<f64, Cpu> = Params::new(Cpu);
+        let mut params: Params<f64, Cpu> = Params::new(&Cpu);
         let mut rng = Stream::new(0, &["t"]);
-        let id = params.add("p", 1, 1, Init::Const(0.0), 0, &mut rng);
-        let mut opt = Sgd::new(&params, 0.1, 0.9);
+        let id = params
+            .add("p", 1, 1, Init::Const(0.0), 0, &mut rng)
+            .unwrap();
+        let mut opt = Sgd::new(&params, 0.1, 0.9).unwrap();
         // g = 1 each step: buf = 1, 1.9, 2.71 → p = −0.1, −0.29, −0.561
         for _ in 0..3 {
             params.zero_grads();
-            params.grad_mut(id)[0] = 1.0;
-            opt.step(&mut params);
+            params.grad_mut(id).unwrap()[0] = 1.0;
+            opt.step(&mut params).unwrap();
         }
-        assert!((params.scalar(id) + 0.561).abs() < 1e-12);
+        assert!((params.scalar(id).unwrap() + 0.561).abs() < 1e-12);
     }
 
     #[test]
     fn clipping_scales_to_the_max_norm() {
-        let mut params: Params<f64, Cpu> = Params::new(Cpu);
+        let mut params: Params<f64, Cpu> = Params::new(&Cpu);
         let mut rng = Stream::new(0, &["t"]);
-        let a = params.add("a", 1, 2, Init::Const(0.0), 0, &mut rng);
-        params.grad_mut(a).copy_from_slice(&[3.0, 4.0]);
-        let norm = params.clip_grad_norm(1.0);
-        assert!((norm - 5.0).abs() < 1e-12);
-        assert!((params.grad_norm() - 1.0).abs() < 1e-6);
+        let a = params
+            .add("a", 1, 2, Init::Const(0.0), 0, &mut rng)
+            .unwrap();
+        params.grad_mut(a).unwrap().copy_from_slice(&[3.0, 4.0]);
+        assert!((params.grad_norm().unwrap() - 5.0).abs() < 1e-12);
+        params.clip_grad_norm(1.0).unwrap();
+        assert!((params.grad_norm().unwrap() - 1.0).abs() < 1e-6);
+        // Below the maximum nothing changes.
+        params.clip_grad_norm(2.0).unwrap();
+        assert!((params.grad_norm().unwrap() - 1.0).abs() < 1e-6);
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::device::Device;
+use crate::device::{DResult, Device, DeviceError};
 use crate::rng::Stream;
 use crate::scalar::Real;
 
@@ -49,6 +49,8 @@ pub enum ParamError {
     },
     #[error("tensor `{name}` has dtype {found}, expected F32 or F64")]
     Dtype { name: String, found: String },
+    #[error(transparent)]
+    Device(#[from] DeviceError),
 }
 
 /// A set of parameters on one device.
@@ -58,9 +60,9 @@ pub struct Params<T: Real, D: Device<T>> {
 }
 
 impl<T: Real, D: Device<T>> Params<T, D> {
-    pub fn new(dev: D) -> Self {
+    pub fn new(dev: &D) -> Self {
         Params {
-            dev,
+            dev: dev.clone(),
             entries: Vec::new(),
         }
     }
@@ -78,7 +80,7 @@ impl<T: Real, D: Device<T>> Params<T, D> {
         init: Init,
         group: usize,
         rng: &mut Stream,
-    ) -> ParamId {
+    ) -> DResult<ParamId> {
         let n = rows * cols;
         let data: Vec<T> = match init {
             Init::TorchLinear { fan_in } => {
@@ -103,7 +105,7 @@ impl<T: Real, D: Device<T>> Params<T, D> {
         cols: usize,
         data: &[T],
         group: usize,
-    ) -> ParamId {
+    ) -> DResult<ParamId> {
         assert_eq!(
             data.len(),
             rows * cols,
@@ -117,12 +119,12 @@ impl<T: Real, D: Device<T>> Params<T, D> {
             name: name.to_string(),
             rows,
             cols,
-            value: self.dev.upload(data),
-            grad: self.dev.zeros(rows * cols),
+            value: self.dev.upload(data)?,
+            grad: self.dev.zeros(rows * cols)?,
             grad_live: true,
             group,
         });
-        ParamId(self.entries.len() - 1)
+        Ok(ParamId(self.entries.len() - 1))
     }
 
     pub fn len(&self) -> usize {
@@ -165,15 +167,15 @@ impl<T: Real, D: Device<T>> Params<T, D> {
     }
 
     /// This step's gradient (zeros if nothing was written since `zero_grads`).
-    pub fn grad(&mut self, id: ParamId) -> &D::Buf {
-        self.settle(id);
-        &self.entries[id.0].grad
+    pub fn grad(&mut self, id: ParamId) -> DResult<&D::Buf> {
+        self.settle(id)?;
+        Ok(&self.entries[id.0].grad)
     }
 
     /// Gradient buffer to accumulate into (zeroed first if stale).
-    pub fn grad_mut(&mut self, id: ParamId) -> &mut D::Buf {
-        self.settle(id);
-        &mut self.entries[id.0].grad
+    pub fn grad_mut(&mut self, id: ParamId) -> DResult<&mut D::Buf> {
+        self.settle(id)?;
+        Ok(&mut self.entries[id.0].grad)
     }
 
     /// Gradient buffer for the backward pass, and whether it already holds this step's
@@ -193,19 +195,21 @@ impl<T: Real, D: Device<T>> Params<T, D> {
         (&e.value, &mut e.grad, accumulate)
     }
 
-    fn settle(&mut self, id: ParamId) {
+    fn settle(&mut self, id: ParamId) -> DResult<()> {
         let e = &mut self.entries[id.0];
         if !e.grad_live {
-            self.dev.fill(&mut e.grad, T::ZERO);
+            self.dev.fill(&mut e.grad, T::ZERO)?;
             e.grad_live = true;
         }
+        Ok(())
     }
 
     /// Zero every stale gradient (before an optimiser step or a norm).
-    pub fn settle_grads(&mut self) {
+    pub fn settle_grads(&mut self) -> DResult<()> {
         for i in 0..self.entries.len() {
-            self.settle(ParamId(i));
+            self.settle(ParamId(i))?;
         }
+        Ok(())
     }
 
     /// Value and gradient at once (for optimisers; call `settle_grads` first).
@@ -216,19 +220,27 @@ impl<T: Real, D: Device<T>> Params<T, D> {
     }
 
     /// Host copy of a parameter.
-    pub fn to_host(&self, id: ParamId) -> Vec<T> {
+    pub fn to_host(&self, id: ParamId) -> DResult<Vec<T>> {
         self.dev.to_vec(&self.entries[id.0].value)
     }
 
     /// The single value of a 1×1 parameter.
-    pub fn scalar(&self, id: ParamId) -> T {
-        self.to_host(id)[0]
+    pub fn scalar(&self, id: ParamId) -> DResult<T> {
+        Ok(self.to_host(id)?[0])
     }
 
-    pub fn set_host(&mut self, id: ParamId, data: &[T]) {
+    pub fn set_host(&mut self, id: ParamId, data: &[T]) -> DResult<()> {
         let e = &mut self.entries[id.0];
         assert_eq!(data.len(), e.rows * e.cols);
-        e.value = self.dev.upload(data);
+        self.dev.write(&mut e.value, data)
+    }
+
+    /// Copy a device buffer of the right length into a parameter's value.
+    pub fn set_from(&mut self, id: ParamId, src: &D::Buf) -> DResult<()> {
+        let e = &mut self.entries[id.0];
+        let n = e.rows * e.cols;
+        assert_eq!(self.dev.len(src), n, "parameter `{}`: wrong length", e.name);
+        self.dev.copy_range(src, 0, &mut e.value, 0, n)
     }
 
     /// Start a new step: every gradient becomes stale (zeroed lazily).
@@ -238,35 +250,73 @@ impl<T: Real, D: Device<T>> Params<T, D> {
         }
     }
 
-    /// Global gradient norm over all parameters (f64, fixed order).
-    pub fn grad_norm(&mut self) -> f64 {
-        self.settle_grads();
-        self.entries
-            .iter()
-            .map(|e| self.dev.sum_squares(&e.grad))
-            .sum::<f64>()
-            .sqrt()
+    /// Global gradient norm over all parameters (f64, fixed order), read back.
+    pub fn grad_norm(&mut self) -> DResult<f64> {
+        self.settle_grads()?;
+        let mut total = 0.0;
+        for e in &self.entries {
+            total += self.dev.sum_squares(&e.grad)?;
+        }
+        Ok(total.sqrt())
     }
 
     /// PyTorch's `clip_grad_norm_`: scale all gradients by max/(norm + 1e-6) when the norm
-    /// exceeds `max_norm`. Returns the norm before clipping.
-    pub fn clip_grad_norm(&mut self, max_norm: f64) -> f64 {
-        let norm = self.grad_norm();
-        let coef = max_norm / (norm + 1e-6);
-        if coef < 1.0 {
-            let c = T::from_f64(coef);
-            for e in &mut self.entries {
-                self.dev.scale(&mut e.grad, c);
-            }
-        }
-        norm
+    /// exceeds `max_norm`, entirely on the device.
+    pub fn clip_grad_norm(&mut self, max_norm: f64) -> DResult<()> {
+        self.settle_grads()?;
+        let mut grads: Vec<&mut D::Buf> = self.entries.iter_mut().map(|e| &mut e.grad).collect();
+        self.dev.clip_grad_norm(&mut grads, max_norm)
     }
 
-    /// Whether every parameter value is finite.
-    pub fn all_finite(&self) -> bool {
+    /// Whether every parameter value is finite (reads the values back).
+    pub fn all_finite(&self) -> DResult<bool> {
+        for e in &self.entries {
+            if !self.dev.to_vec(&e.value)?.iter().all(|v| v.is_finite()) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Device copies of every value (for early stopping's best weights).
+    pub fn snapshot(&self) -> DResult<Vec<D::Buf>> {
         self.entries
             .iter()
-            .all(|e| self.dev.to_vec(&e.value).iter().all(|v| v.is_finite()))
+            .map(|e| {
+                let n = e.rows * e.cols;
+                let mut b = self.dev.zeros(n)?;
+                self.dev.copy_range(&e.value, 0, &mut b, 0, n)?;
+                Ok(b)
+            })
+            .collect()
+    }
+
+    /// Put back values taken by [`Params::snapshot`], on the device.
+    pub fn restore(&mut self, snapshot: &[D::Buf]) -> DResult<()> {
+        assert_eq!(snapshot.len(), self.entries.len());
+        for (e, s) in self.entries.iter_mut().zip(snapshot) {
+            let n = e.rows * e.cols;
+            self.dev.copy_range(s, 0, &mut e.value, 0, n)?;
+        }
+        Ok(())
+    }
+
+    /// Add N(0, std²) noise to the named parameters: the noise is drawn on the host from
+    /// `rng` (the same stream on every device) and added on the device.
+    pub fn perturb(&mut self, names: &[String], std: f64, rng: &mut Stream) -> DResult<()> {
+        if std <= 0.0 {
+            return Ok(());
+        }
+        for name in names {
+            if let Some(id) = self.id_of(name) {
+                let e = &mut self.entries[id.0];
+                let n = e.rows * e.cols;
+                let noise: Vec<T> = (0..n).map(|_| T::from_f64(std * rng.normal())).collect();
+                let buf = self.dev.upload(&noise)?;
+                self.dev.axpy(T::ONE, &buf, &mut e.value)?;
+            }
+        }
+        Ok(())
     }
 
     /// Serialise the parameters whose names start with one of `prefixes` (all if empty) as
@@ -275,29 +325,31 @@ impl<T: Real, D: Device<T>> Params<T, D> {
         &self,
         prefixes: &[&str],
         metadata: &BTreeMap<String, String>,
-    ) -> Vec<u8> {
+    ) -> DResult<Vec<u8>> {
         let mut selected: Vec<&Entry<D::Buf>> = self
             .entries
             .iter()
             .filter(|e| prefixes.is_empty() || prefixes.iter().any(|p| e.name.starts_with(p)))
             .collect();
         selected.sort_by(|a, b| a.name.cmp(&b.name));
-        crate::io::write_safetensors(
-            selected.iter().map(|e| {
-                let shape = if e.rows == 1 && e.cols == 1 {
-                    vec![1]
-                } else {
-                    vec![e.rows, e.cols]
-                };
-                (
-                    e.name.clone(),
-                    shape,
-                    T::to_le_bytes_vec(&self.dev.to_vec(&e.value)),
-                )
-            }),
+        let mut tensors = Vec::with_capacity(selected.len());
+        for e in selected {
+            let shape = if e.rows == 1 && e.cols == 1 {
+                vec![1]
+            } else {
+                vec![e.rows, e.cols]
+            };
+            tensors.push((
+                e.name.clone(),
+                shape,
+                T::to_le_bytes_vec(&self.dev.to_vec(&e.value)?),
+            ));
+        }
+        Ok(crate::io::write_safetensors(
+            tensors.into_iter(),
             T::DTYPE,
             metadata,
-        )
+        ))
     }
 
     /// Load values by name from safetensors bytes; `rename` maps a parameter name to the
@@ -347,7 +399,7 @@ impl<T: Real, D: Device<T>> Params<T, D> {
                     })
                 }
             };
-            self.entries[i].value = self.dev.upload(&data);
+            self.dev.write(&mut self.entries[i].value, &data)?;
             loaded += 1;
         }
         Ok(loaded)
