@@ -72,3 +72,18 @@ bench:
             | python3 -c 'import json,sys; j=json.load(sys.stdin); s=j["manifest"]["summary"]; print(json.dumps({"method": j["id"].split("/")[3], **{k: round(v, 3) for k, v in s.items() if k.startswith("seconds")}}))'
     done
     rm -rf "$store"
+
+# Build what the GPU machine runs (no Rust toolchain there): upcc, the CUDA op tests and the
+# autoencoder-step benchmark, stripped, into gpu/bin (git-ignored). Carry `gpu` to the GPU machine.
+gpu-build:
+    bash .ci/gpu-build.sh
+
+# The GPU suite, on a GPU machine (from gpu/bin): every Device op on CUDA against the CPU, forward
+# and backward; the smoke cells GPU vs CPU (test NMI within 1.5 points); bitwise GPU reruns; the
+# smoke spec with --device cuda. Without a GPU it prints "no GPU, 0 run" and fails.
+gpu-test:
+    bash .ci/gpu-test.sh
+
+# The GPU benchmark against PyTorch on the same GPU (parts 1-4, or e.g. `just bench-gpu 1 2`).
+bench-gpu *parts:
+    bash .ci/bench-gpu.sh {{parts}}
