@@ -22,6 +22,10 @@ pub struct Cli {
     /// nodes, so CPU and GPU results never answer for each other.
     #[arg(long, global = true, value_name = "auto|cpu|cuda[:N]")]
     pub device: Option<String>,
+    /// GPUs to spread training nodes over, e.g. `0,1` or `all` (numbers after
+    /// CUDA_VISIBLE_DEVICES; implies the CUDA device; $UPCC_GPUS).
+    #[arg(long, global = true, value_name = "LIST", env = "UPCC_GPUS")]
+    pub gpus: Option<String>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -67,6 +71,10 @@ pub struct RunArgs {
     /// CPU threads to use (default: all; $UPCC_THREADS).
     #[arg(long, env = "UPCC_THREADS")]
     pub threads: Option<usize>,
+    /// Threads each CPU training node gets (default: 4, at most --threads; $UPCC_NODE_THREADS).
+    /// Independent nodes run side by side in the remaining threads; results do not depend on it.
+    #[arg(long, env = "UPCC_NODE_THREADS")]
+    pub node_threads: Option<usize>,
     /// Memory budget in MiB for the memory slots (default: 80% of available memory).
     #[arg(long)]
     pub memory_mb: Option<u64>,

@@ -51,6 +51,7 @@ fn default_threads() -> usize {
 pub struct Env {
     pub store: Option<PathBuf>,
     pub device: Option<String>,
+    pub gpus: Option<String>,
     pub verbose: u8,
 }
 
@@ -58,7 +59,15 @@ impl Env {
     /// The training device (`--device`, `$UPCC_DEVICE`, auto). `quiet` suppresses the
     /// fallback info line (for JSON output).
     pub fn compute(&self, quiet: bool) -> Result<std::sync::Arc<Compute>> {
-        Compute::resolve(DeviceRequest::from_flag(self.device.as_deref())?, quiet)
+        let gpus = match &self.gpus {
+            Some(s) => Some(crate::device::parse_gpus(s)?),
+            None => None,
+        };
+        Compute::resolve(
+            DeviceRequest::from_flag(self.device.as_deref())?,
+            gpus.as_deref(),
+            quiet,
+        )
     }
 }
 
@@ -212,11 +221,22 @@ fn render_views(
     Ok(out)
 }
 
+/// Threads per CPU training node when --node-threads is not given: small networks scale to a
+/// few threads, so a many-core machine runs several nodes side by side (README, Benchmarks).
+pub const DEFAULT_NODE_THREADS: usize = 4;
+
 pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
     let store_flag = &env.store;
     let t0 = Instant::now();
     let threads = args.threads.unwrap_or_else(default_threads).max(1);
-    let loaded = load(&args.spec, threads, env)?;
+    if args.node_threads == Some(0) {
+        return Err(CliError::user("--node-threads must be at least 1"));
+    }
+    let node_threads = args
+        .node_threads
+        .unwrap_or(DEFAULT_NODE_THREADS)
+        .clamp(1, threads);
+    let loaded = load(&args.spec, node_threads, env)?;
     let roots = select::roots(&loaded.selection, &loaded.built)?;
     let dag = loaded.built.dag.restrict(&roots);
     let store = open_store(store_flag, true)?;
@@ -246,10 +266,11 @@ pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
         progress,
         provenance: provenance(run_id(), &loaded.compute),
         poll_interval: Duration::from_millis(250),
+        gpus: loaded.compute.gpu_budgets_mb(),
     };
     if progress != ProgressMode::Quiet {
         eprintln!(
-            "upcc: {} nodes in `{}`, store `{}`, {threads} threads, device {}",
+            "upcc: {} nodes in `{}`, store `{}`, {threads} threads ({node_threads} per training node), device {}",
             dag.len(),
             loaded.spec.display,
             store.root().display(),

@@ -116,10 +116,30 @@ impl Builder<'_> {
         )
     }
 
-    fn all(&self, memory_mb: u64) -> Resources {
+    /// Resources of a node that trains networks: a GPU slot with `gpu_mb` of GPU memory and
+    /// one CPU thread to drive it on a GPU, else the per-node CPU threads.
+    fn trainer(&self, memory_mb: u64, gpu_mb: u64) -> Resources {
+        if self.compute.is_gpu() {
+            Resources {
+                threads: 1,
+                memory_mb,
+                gpu_memory_mb: gpu_mb,
+            }
+        } else {
+            Resources {
+                threads: self.threads,
+                memory_mb,
+                gpu_memory_mb: 0,
+            }
+        }
+    }
+
+    /// Resources of a CPU node using the per-node threads (k-means).
+    fn cpu(&self, memory_mb: u64) -> Resources {
         Resources {
             threads: self.threads,
             memory_mb,
+            gpu_memory_mb: 0,
         }
     }
 
@@ -177,6 +197,7 @@ impl Builder<'_> {
             Resources {
                 threads: 1,
                 memory_mb: 1024,
+                gpu_memory_mb: 0,
             },
             Arc::new(FeaturesTask { params, displays }),
         )
@@ -217,7 +238,7 @@ fn expert_node(
         ("trial".to_string(), seed.to_string()),
     ]);
     let pj = params_json(&ep)?;
-    let resources = bd.all(1024);
+    let resources = bd.trainer(1024, 512);
     let numerics = bd.numerics.clone();
     let compute = bd.compute.clone();
     bd.add(
@@ -250,7 +271,8 @@ fn cell_suffix(id_axes: &BTreeSet<&str>, corruption: f64, budget: usize) -> Stri
     s
 }
 
-/// Build the full DAG of a spec for `threads` CPU threads and the training device `compute`.
+/// Build the full DAG of a spec: CPU training nodes get `threads` threads each; `compute` is
+/// the training device.
 pub fn build(spec: &Spec, threads: usize, compute: Arc<Compute>) -> Result<Built> {
     let numerics = compute.numerics();
     build_with(spec, threads, compute, numerics)
@@ -420,6 +442,7 @@ fn build_with(
         let resources = Resources {
             threads: 1,
             memory_mb: 256,
+            gpu_memory_mb: 0,
         };
         let node = match target.kind {
             TargetKind::Table | TargetKind::Experts => {
@@ -542,6 +565,7 @@ fn chain(
                 Resources {
                     threads: 1,
                     memory_mb: 256,
+                    gpu_memory_mb: 0,
                 },
                 Arc::new(ConstraintsFileTask { display }),
             )?
@@ -572,6 +596,7 @@ fn chain(
                 Resources {
                     threads: 1,
                     memory_mb: 256,
+                    gpu_memory_mb: 0,
                 },
                 Arc::new(ConstraintsTask { params: cp }),
             )?
@@ -607,7 +632,7 @@ fn chain(
             vec![Builder::node_input("features", feat, "features")],
             &["weights", "curve"],
             labels,
-            bd.all(2048),
+            bd.trainer(2048, 1024),
             Arc::new(PretrainTask {
                 params: pp,
                 compute,
@@ -647,7 +672,7 @@ fn chain(
             inputs,
             &["embeddings", "curve"],
             labels.clone(),
-            bd.all(2048),
+            bd.trainer(2048, 1024),
             Arc::new(TrainTask {
                 params: tp,
                 compute,
@@ -666,7 +691,7 @@ fn chain(
                 inputs,
                 &["embeddings", "curve", "diagnostics"],
                 labels.clone(),
-                bd.all(4096),
+                bd.trainer(4096, 3072),
                 Arc::new(EciTask {
                     params: tp,
                     eci: eci_settings,
@@ -694,7 +719,7 @@ fn chain(
         ],
         &["assignments"],
         labels.clone(),
-        bd.all(512),
+        bd.cpu(512),
         Arc::new(ClusterTask { params: cp }),
     )?;
     labels.insert("stage".into(), "metrics".into());
@@ -710,6 +735,7 @@ fn chain(
         Resources {
             threads: 1,
             memory_mb: 128,
+            gpu_memory_mb: 0,
         },
         Arc::new(MetricsTask),
     )?;

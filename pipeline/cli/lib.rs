@@ -27,6 +27,7 @@ pub fn main_entry() -> i32 {
     let env = commands::Env {
         store: cli.store.clone(),
         device: cli.device.clone(),
+        gpus: cli.gpus.clone(),
         verbose: cli.verbose,
     };
     let result = match &cli.command {

@@ -12,7 +12,7 @@ use upcc_stages::{
     cluster, constraints, eci, expert, features, metrics, pretrain, train, Monitor, StageError,
 };
 
-use crate::device::Compute;
+use crate::device::{Compute, NodeCompute};
 use crate::on_device;
 
 const MARKDOWN: &str = "text/markdown";
@@ -39,17 +39,17 @@ fn stage_err(e: StageError) -> TaskError {
     }
 }
 
-/// The device one node computes on: the run's device, with its own stream on a GPU.
-fn node_device(compute: &Compute, ctx: &mut TaskContext) -> Result<Compute, TaskError> {
-    let c = match compute {
-        Compute::Cpu(c) => Compute::Cpu(*c),
-        #[cfg(feature = "cuda")]
-        Compute::Cuda(c) => Compute::Cuda(
-            c.fork()
-                .map_err(|e| TaskError::Failed(format!("device error: {e}")))?,
-        ),
-    };
-    ctx.log(format!("device {} ({})", c.name(), c.numerics()));
+/// The device one node computes on: the run's CPU, or the GPU of the slot the executor
+/// assigned, with a stream and cuBLAS handle of its own.
+fn node_device(compute: &Compute, ctx: &mut TaskContext) -> Result<NodeCompute, TaskError> {
+    let c = compute
+        .for_node(ctx.gpu())
+        .map_err(|e| TaskError::Failed(format!("device error: {e}")))?;
+    let (name, numerics) = on_device!(&c, |d| (
+        upcc_nn::Device::<f32>::name(d),
+        upcc_nn::Device::<f32>::numerics(d)
+    ));
+    ctx.log(format!("device {name} ({numerics})"));
     Ok(c)
 }
 

@@ -67,6 +67,9 @@ pub struct RunConfig {
     pub provenance: ProvenanceBase,
     /// How often to look again at a node another process is computing.
     pub poll_interval: Duration,
+    /// GPU slots: the memory budget in MiB of each GPU nodes may be placed on (empty: nodes
+    /// run without a GPU slot).
+    pub gpus: Vec<u64>,
 }
 
 /// What happened to one node.
@@ -293,6 +296,10 @@ pub fn run(dag: &Dag, store: &Store, cfg: &RunConfig) -> Result<RunReport, Engin
     let mut corrupt_retries = vec![0u32; n];
     let mut free_threads = cfg.threads.max(1);
     let mut free_memory = cfg.memory_mb;
+    // Free GPU memory per slot, nodes running per slot, and each running node's slot.
+    let mut gpu_free: Vec<u64> = cfg.gpus.clone();
+    let mut gpu_running: Vec<usize> = vec![0; cfg.gpus.len()];
+    let mut gpu_of: Vec<Option<usize>> = vec![None; n];
     let mut running = 0usize;
     let mut stopped = false;
     let (tx, rx): (Sender<Event>, Receiver<Event>) = channel();
@@ -395,6 +402,18 @@ pub fn run(dag: &Dag, store: &Store, cfg: &RunConfig) -> Result<RunReport, Engin
                 if threads > free_threads || !fits_memory {
                     continue;
                 }
+                // A GPU with room for it (most free memory first; an idle GPU always takes it).
+                let gpu = if res.gpu_memory_mb > 0 && !cfg.gpus.is_empty() {
+                    let slot = (0..cfg.gpus.len())
+                        .filter(|&g| res.gpu_memory_mb <= gpu_free[g] || gpu_running[g] == 0)
+                        .max_by_key(|&g| (gpu_free[g], std::cmp::Reverse(g)));
+                    match slot {
+                        Some(g) => Some(g),
+                        None => continue,
+                    }
+                } else {
+                    None
+                };
                 let lock_path = store.ensure_lock_parent(&key)?;
                 let holder = LeaseHolder {
                     host: host_name(),
@@ -441,6 +460,11 @@ pub fn run(dag: &Dag, store: &Store, cfg: &RunConfig) -> Result<RunReport, Engin
                 }
                 free_threads -= threads;
                 free_memory = free_memory.saturating_sub(res.memory_mb);
+                if let Some(g) = gpu {
+                    gpu_free[g] = gpu_free[g].saturating_sub(res.gpu_memory_mb);
+                    gpu_running[g] += 1;
+                    gpu_of[i] = Some(g);
+                }
                 running += 1;
                 state[i] = State::Running;
                 reports[i] = Some(report(i, Some(key), Outcome::Executed));
@@ -461,6 +485,7 @@ pub fn run(dag: &Dag, store: &Store, cfg: &RunConfig) -> Result<RunReport, Engin
                         })
                         .collect(),
                     threads,
+                    gpu,
                     store: store.clone(),
                     cfg: cfg.clone(),
                 };
@@ -503,6 +528,10 @@ pub fn run(dag: &Dag, store: &Store, cfg: &RunConfig) -> Result<RunReport, Engin
                 let res = dag.node(i).resources;
                 free_threads += res.threads.clamp(1, cfg.threads.max(1));
                 free_memory = (free_memory + res.memory_mb).min(cfg.memory_mb);
+                if let Some(g) = gpu_of[i].take() {
+                    gpu_free[g] = (gpu_free[g] + res.gpu_memory_mb).min(cfg.gpus[g]);
+                    gpu_running[g] -= 1;
+                }
                 let r = reports[i].as_mut().expect("running node has a report");
                 match result {
                     WorkerResult::Done { outputs, seconds } => {
@@ -650,6 +679,7 @@ struct Job {
     key: Digest<NodeKeyTag>,
     sources: BTreeMap<String, Arc<Vec<u8>>>,
     threads: usize,
+    gpu: Option<usize>,
     store: Store,
     cfg: RunConfig,
 }
@@ -696,10 +726,17 @@ impl Job {
             inputs,
             Some(progress),
             self.threads,
-        );
+        )
+        .with_gpu(self.gpu);
         ctx.log(format!(
-            "stage {} v{} key {}",
-            self.dag_node.stage, self.dag_node.stage_version, self.key
+            "stage {} v{} key {}, {} threads{}",
+            self.dag_node.stage,
+            self.dag_node.stage_version,
+            self.key,
+            self.threads,
+            self.gpu
+                .map(|g| format!(", GPU slot {g}"))
+                .unwrap_or_default()
         ));
         let task = self.dag_node.task.clone();
         let outcome =

@@ -17,6 +17,9 @@ pub struct Resources {
     pub threads: usize,
     /// Rough peak memory in MiB, for the memory slots.
     pub memory_mb: u64,
+    /// Rough peak GPU memory in MiB; 0 for nodes that do not use a GPU. Nodes that ask for
+    /// some share a GPU while their sum fits its budget.
+    pub gpu_memory_mb: u64,
 }
 
 impl Default for Resources {
@@ -24,6 +27,7 @@ impl Default for Resources {
         Resources {
             threads: 1,
             memory_mb: 256,
+            gpu_memory_mb: 0,
         }
     }
 }
@@ -79,6 +83,7 @@ pub struct TaskContext {
     started: Instant,
     progress: Option<Sender<ProgressEvent>>,
     threads: usize,
+    gpu: Option<usize>,
 }
 
 impl TaskContext {
@@ -99,7 +104,19 @@ impl TaskContext {
             started: Instant::now(),
             progress,
             threads,
+            gpu: None,
         }
+    }
+
+    /// The same context, on GPU slot `gpu` (an index into the run's GPU list).
+    pub fn with_gpu(mut self, gpu: Option<usize>) -> Self {
+        self.gpu = gpu;
+        self
+    }
+
+    /// The GPU slot the executor assigned to this node (nodes that asked for GPU memory).
+    pub fn gpu(&self) -> Option<usize> {
+        self.gpu
     }
 
     /// The logical id of the node being computed.

@@ -154,6 +154,7 @@ fn cfg(keep_going: bool) -> RunConfig {
             ..Default::default()
         },
         poll_interval: Duration::from_millis(20),
+        gpus: vec![],
     }
 }
 
@@ -334,4 +335,71 @@ fn two_runs_at_once_compute_each_node_once() {
     for r in &reports {
         assert_eq!(r.count(Outcome::Failed), 0);
     }
+}
+
+/// (GPU slot, start, end) of each run.
+type RunLog = Arc<std::sync::Mutex<Vec<(Option<usize>, std::time::Instant, std::time::Instant)>>>;
+
+/// Records (GPU slot, start, end) of each run.
+struct Timed {
+    log: RunLog,
+}
+
+impl Task for Timed {
+    fn run(&self, ctx: &mut TaskContext) -> Result<(), TaskError> {
+        let t0 = std::time::Instant::now();
+        std::thread::sleep(Duration::from_millis(150));
+        self.log
+            .lock()
+            .unwrap()
+            .push((ctx.gpu(), t0, std::time::Instant::now()));
+        ctx.put_output("out", ctx.node_id().as_bytes().to_vec(), "text/plain", "o");
+        Ok(())
+    }
+}
+
+/// Two independent nodes asking 600 MiB of GPU memory each, under GPU budgets `gpus`:
+/// whether they overlapped in time, and the slots they got.
+fn two_gpu_nodes(gpus: Vec<u64>) -> (bool, Vec<Option<usize>>) {
+    let f = fixture();
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut b = DagBuilder::new();
+    for id in ["g1", "g2"] {
+        let mut n = node(id, json!({ "id": id }), vec![], &f.runs[0], false, 0);
+        n.resources = Resources {
+            threads: 1,
+            memory_mb: 10,
+            gpu_memory_mb: 600,
+        };
+        n.task = Arc::new(Timed { log: log.clone() });
+        b.add(n).unwrap();
+    }
+    let dag = b.build();
+    let mut c = cfg(false);
+    c.gpus = gpus;
+    let report = run(&dag, &f.store, &c).unwrap();
+    assert_eq!(report.count(Outcome::Executed), 2);
+    let l = log.lock().unwrap();
+    let overlap = l[0].1 < l[1].2 && l[1].1 < l[0].2;
+    (overlap, l.iter().map(|x| x.0).collect())
+}
+
+#[test]
+fn gpu_nodes_share_a_gpu_only_while_their_memory_fits() {
+    // 2 × 600 MiB do not fit into 1000: one after the other on slot 0.
+    let (overlap, slots) = two_gpu_nodes(vec![1000]);
+    assert!(!overlap, "ran side by side on a GPU too small for both");
+    assert_eq!(slots, vec![Some(0), Some(0)]);
+    // They fit into 1200: side by side on the same GPU.
+    let (overlap, slots) = two_gpu_nodes(vec![1200]);
+    assert!(overlap, "should share the GPU");
+    assert_eq!(slots, vec![Some(0), Some(0)]);
+    // Two GPUs: one each, side by side.
+    let (overlap, mut slots) = two_gpu_nodes(vec![1000, 1000]);
+    assert!(overlap);
+    slots.sort();
+    assert_eq!(slots, vec![Some(0), Some(1)]);
+    // No GPUs in the run: the nodes get no slot.
+    let (_, slots) = two_gpu_nodes(vec![]);
+    assert_eq!(slots, vec![None, None]);
 }

@@ -125,6 +125,16 @@ pub fn driver_present() -> bool {
     unsafe { cudarc::driver::sys::is_culib_present() }
 }
 
+/// How many CUDA devices are visible (0 without a driver).
+pub fn visible_devices() -> usize {
+    if !driver_present() {
+        return 0;
+    }
+    CudaContext::device_count()
+        .map(|n| n.max(0) as usize)
+        .unwrap_or(0)
+}
+
 impl Cuda {
     /// Open CUDA device `ordinal` (after `CUDA_VISIBLE_DEVICES`). Fails with
     /// [`DeviceError::NoDriver`] when no driver library loads, and with

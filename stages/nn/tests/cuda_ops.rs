@@ -6,7 +6,9 @@
 //! in other orders than the CPU, so they differ by rounding only.
 #![cfg(feature = "cuda")]
 
-use upcc_nn::{Act, Adam, Cpu, Cuda, Device, GemmSpec, Graph, Init, Ix, Mlp, Params, Stream, WeightInit};
+use upcc_nn::{
+    Act, Adam, Cpu, Cuda, Device, GemmSpec, Graph, Init, Ix, Mlp, Params, Stream, WeightInit,
+};
 
 fn rand(n: usize, seed: u64) -> Vec<f32> {
     let mut s = Stream::new(seed, &["cuda-ops"]);
@@ -33,8 +35,11 @@ fn gpu() -> Cuda {
     Cuda::new(0).expect("a CUDA GPU (these tests run through `just gpu-test` on a GPU machine)")
 }
 
+/// Named f32 outputs and named f64 slot vectors of a scenario.
+type Outputs = (Vec<(String, Vec<f32>)>, Vec<(String, Vec<f64>)>);
+
 /// Every op of the trait on one device; named outputs (f32 buffers and f64 slots).
-fn every_op<D: Device<f32>>(d: &D) -> (Vec<(String, Vec<f32>)>, Vec<(String, Vec<f64>)>) {
+fn every_op<D: Device<f32>>(d: &D) -> Outputs {
     let mut out: Vec<(String, Vec<f32>)> = Vec::new();
     let mut sc: Vec<(String, Vec<f64>)> = Vec::new();
     let up = |v: &[f32]| d.upload(v).unwrap();
@@ -47,7 +52,14 @@ fn every_op<D: Device<f32>>(d: &D) -> (Vec<(String, Vec<f32>)>, Vec<(String, Vec
                 let a = up(&rand(m * k, 1));
                 let b = up(&rand(k * n, 2));
                 let mut c = up(&rand(m * n, 3));
-                let spec = GemmSpec { m, n, k, a_t, b_t, accumulate: acc };
+                let spec = GemmSpec {
+                    m,
+                    n,
+                    k,
+                    a_t,
+                    b_t,
+                    accumulate: acc,
+                };
                 d.gemm(spec, &a, &b, &mut c).unwrap();
                 out.push((format!("gemm a_t={a_t} b_t={b_t} acc={acc}"), get(&c)));
             }
@@ -88,41 +100,83 @@ fn every_op<D: Device<f32>>(d: &D) -> (Vec<(String, Vec<f32>)>, Vec<(String, Vec
     d.fill(&mut f, 2.5).unwrap();
     out.push(("fill".into(), get(&f)));
     let mut sc_dst = up(&rand(rows * 4, 10));
-    d.set_column(&up(&rand(rows, 11)), &mut sc_dst, rows, 4, 2).unwrap();
+    d.set_column(&up(&rand(rows, 11)), &mut sc_dst, rows, 4, 2)
+        .unwrap();
     out.push(("set_column".into(), get(&sc_dst)));
     // Row normalisation, one zero row (clamped at eps).
     let mut xz = x.clone();
     xz[..cols].fill(0.0);
     let (mut yn, mut norms) = (d.zeros(rows * cols).unwrap(), d.zeros(rows).unwrap());
-    d.l2norm(&up(&xz), rows, cols, 1e-12, &mut yn, &mut norms).unwrap();
+    d.l2norm(&up(&xz), rows, cols, 1e-12, &mut yn, &mut norms)
+        .unwrap();
     out.push(("l2norm".into(), get(&yn)));
     out.push(("l2norm norms".into(), get(&norms)));
     let mut dx = up(&rand(rows * cols, 12));
-    d.l2norm_backward(&yn, &norms, 1e-12, &up(&rand(rows * cols, 13)), rows, cols, &mut dx).unwrap();
+    d.l2norm_backward(
+        &yn,
+        &norms,
+        1e-12,
+        &up(&rand(rows * cols, 13)),
+        rows,
+        cols,
+        &mut dx,
+    )
+    .unwrap();
     out.push(("l2norm_backward".into(), get(&dx)));
     // Pairs, gathers and scatters: with repeated indices and with distinct ones.
     let ia = d.upload_idx(&[3, 0, 7, 7, 12, 36, 1]).unwrap();
     let ib = d.upload_idx(&[5, 0, 2, 9, 12, 30, 36]).unwrap();
     let mut pd = d.zeros(7).unwrap();
-    d.pair_dot(&up(&x), cols, Ix::new(&ia, 0, 7), Ix::new(&ib, 0, 7), &mut pd).unwrap();
+    d.pair_dot(
+        &up(&x),
+        cols,
+        Ix::new(&ia, 0, 7),
+        Ix::new(&ib, 0, 7),
+        &mut pd,
+    )
+    .unwrap();
     out.push(("pair_dot".into(), get(&pd)));
     let g7 = up(&rand(7, 14));
     let mut du = up(&rand(rows * cols, 15));
-    d.pair_dot_backward(&up(&x), cols, Ix::new(&ia, 0, 7), Ix::new(&ib, 0, 7), &g7, &mut du).unwrap();
+    d.pair_dot_backward(
+        &up(&x),
+        cols,
+        Ix::new(&ia, 0, 7),
+        Ix::new(&ib, 0, 7),
+        &g7,
+        &mut du,
+    )
+    .unwrap();
     out.push(("pair_dot_backward (repeats)".into(), get(&du)));
     let iota = d.upload_idx(&(0..rows as u32).collect::<Vec<_>>()).unwrap();
     let mut du2 = up(&rand(rows * cols, 16));
     let g10 = up(&rand(10, 17));
-    d.pair_dot_backward(&up(&x), cols, Ix::distinct(&iota, 0, 10), Ix::distinct(&iota, 10, 10), &g10, &mut du2).unwrap();
+    d.pair_dot_backward(
+        &up(&x),
+        cols,
+        Ix::distinct(&iota, 0, 10),
+        Ix::distinct(&iota, 10, 10),
+        &g10,
+        &mut du2,
+    )
+    .unwrap();
     out.push(("pair_dot_backward (blocks)".into(), get(&du2)));
     let mut gathered = d.zeros(7 * cols).unwrap();
-    d.gather_rows(&up(&x), cols, Ix::new(&ia, 0, 7), &mut gathered).unwrap();
+    d.gather_rows(&up(&x), cols, Ix::new(&ia, 0, 7), &mut gathered)
+        .unwrap();
     out.push(("gather_rows".into(), get(&gathered)));
     let mut sx = up(&rand(rows * cols, 18));
-    d.scatter_add_rows(&gathered, cols, Ix::new(&ia, 0, 7), &mut sx).unwrap();
+    d.scatter_add_rows(&gathered, cols, Ix::new(&ia, 0, 7), &mut sx)
+        .unwrap();
     out.push(("scatter_add_rows (repeats)".into(), get(&sx)));
     let mut sx2 = up(&rand(rows * cols, 19));
-    d.scatter_add_rows(&up(&rand(5 * cols, 20)), cols, Ix::distinct(&iota, 4, 5), &mut sx2).unwrap();
+    d.scatter_add_rows(
+        &up(&rand(5 * cols, 20)),
+        cols,
+        Ix::distinct(&iota, 4, 5),
+        &mut sx2,
+    )
+    .unwrap();
     out.push(("scatter_add_rows (distinct)".into(), get(&sx2)));
     // Losses into slots.
     let mut slots = d.scalars(16).unwrap();
@@ -131,17 +185,60 @@ fn every_op<D: Device<f32>>(d: &D) -> (Vec<(String, Vec<f32>)>, Vec<(String, Vec
     let y01: Vec<f32> = rand(7, 22).iter().map(|v| v.abs()).collect();
     let w01: Vec<f32> = rand(7, 23).iter().map(|v| v.abs()).collect();
     let mut dc = d.zeros(7).unwrap();
-    d.probpair_bce(&c, &mr, &tr, &up(&y01), &up(&w01), 7.0, &mut dc, &mut slots, 0).unwrap();
+    d.probpair_bce(
+        &c,
+        &mr,
+        &tr,
+        &up(&y01),
+        &up(&w01),
+        7.0,
+        &mut dc,
+        &mut slots,
+        0,
+    )
+    .unwrap();
     out.push(("probpair_bce dc".into(), get(&dc)));
     let mut pr = d.zeros(7).unwrap();
-    d.pair_readout(&yn, cols, Ix::new(&ia, 0, 7), Ix::new(&ib, 0, 7), &mr, &tr, &mut pr).unwrap();
+    d.pair_readout(
+        &yn,
+        cols,
+        Ix::new(&ia, 0, 7),
+        Ix::new(&ib, 0, 7),
+        &mr,
+        &tr,
+        &mut pr,
+    )
+    .unwrap();
     out.push(("pair_readout".into(), get(&pr)));
     let mut dse = d.zeros(rows * cols).unwrap();
-    d.sq_error(&up(&x), &up(&rand(rows * cols, 24)), 0.01, &mut dse, &mut slots, 3).unwrap();
+    d.sq_error(
+        &up(&x),
+        &up(&rand(rows * cols, 24)),
+        0.01,
+        &mut dse,
+        &mut slots,
+        3,
+    )
+    .unwrap();
     out.push(("sq_error dx".into(), get(&dse)));
-    let labels = d.upload_idx(&(0..rows as u32).map(|r| r % cols as u32).collect::<Vec<_>>()).unwrap();
+    let labels = d
+        .upload_idx(
+            &(0..rows as u32)
+                .map(|r| r % cols as u32)
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
     let mut dl = d.zeros(rows * cols).unwrap();
-    d.softmax_ce(&up(&x), rows, cols, Ix::new(&labels, 0, rows), &mut dl, &mut slots, 4).unwrap();
+    d.softmax_ce(
+        &up(&x),
+        rows,
+        cols,
+        Ix::new(&labels, 0, rows),
+        &mut dl,
+        &mut slots,
+        4,
+    )
+    .unwrap();
     out.push(("softmax_ce dlogits".into(), get(&dl)));
     let mut sm = d.zeros(rows * cols).unwrap();
     d.softmax_rows(&up(&x), rows, cols, &mut sm).unwrap();
@@ -149,10 +246,23 @@ fn every_op<D: Device<f32>>(d: &D) -> (Vec<(String, Vec<f32>)>, Vec<(String, Vec
     for (i, smooth) in [false, true].into_iter().enumerate() {
         let mut dp = d.zeros(rows).unwrap();
         let p = up(&rand(rows, 25));
-        d.huber_l2(&p, &up(&rand(rows, 26)), Some(&up(&rand(rows, 27))), 0.1, smooth, 0.5, rows as f64, &mut dp, &mut slots, 6 + i).unwrap();
+        d.huber_l2(
+            &p,
+            &up(&rand(rows, 26)),
+            Some(&up(&rand(rows, 27))),
+            0.1,
+            smooth,
+            0.5,
+            rows as f64,
+            &mut dp,
+            &mut slots,
+            6 + i,
+        )
+        .unwrap();
         out.push((format!("huber_l2 smooth={smooth} dp"), get(&dp)));
     }
-    d.scalars_combine(&mut slots, 8, &[(0, 1.0), (3, 0.02)]).unwrap();
+    d.scalars_combine(&mut slots, 8, &[(0, 1.0), (3, 0.02)])
+        .unwrap();
     let mut acc = d.scalars(2).unwrap();
     d.scalars_accumulate(&slots, 8, 3.0, &mut acc, 1).unwrap();
     d.scalars_accumulate(&slots, 4, 1.0, &mut acc, 1).unwrap();
@@ -164,19 +274,31 @@ fn every_op<D: Device<f32>>(d: &D) -> (Vec<(String, Vec<f32>)>, Vec<(String, Vec
     // ECI-PP fusion.
     let (mut ybc, mut w) = (d.zeros(rows).unwrap(), d.zeros(rows).unwrap());
     let yv: Vec<f32> = rand(rows, 28).iter().map(|v| v.abs()).collect();
-    d.eci_fuse(&up(&yv), &up(&rand(rows, 29)), &up(&rand(rows, 30)), 20.0, 10.0, 10.0, &mut ybc, &mut w).unwrap();
+    d.eci_fuse(
+        &up(&yv),
+        &up(&rand(rows, 29)),
+        &up(&rand(rows, 30)),
+        20.0,
+        10.0,
+        10.0,
+        &mut ybc,
+        &mut w,
+    )
+    .unwrap();
     out.push(("eci_fuse y_bc".into(), get(&ybc)));
     out.push(("eci_fuse w".into(), get(&w)));
     // Optimisers and clipping.
     let (mut p, g) = (up(&rand(300, 31)), up(&rand(300, 32)));
     let (mut am, mut av) = (d.zeros(300).unwrap(), d.zeros(300).unwrap());
     for step in 1..=3 {
-        d.adam(&mut p, &g, &mut am, &mut av, 1e-3, 0.9, 0.999, 1e-8, step).unwrap();
+        d.adam(&mut p, &g, &mut am, &mut av, 1e-3, 0.9, 0.999, 1e-8, step)
+            .unwrap();
     }
     out.push(("adam".into(), get(&p)));
     let mut buf = d.zeros(300).unwrap();
     for first in [true, false, false] {
-        d.sgd_momentum(&mut p, &g, &mut buf, 0.1, 0.9, first).unwrap();
+        d.sgd_momentum(&mut p, &g, &mut buf, 0.1, 0.9, first)
+            .unwrap();
     }
     out.push(("sgd_momentum".into(), get(&p)));
     let (mut g_a, mut g_b) = (up(&rand(50, 33)), up(&rand(70, 34)));
@@ -192,15 +314,41 @@ fn every_op<D: Device<f32>>(d: &D) -> (Vec<(String, Vec<f32>)>, Vec<(String, Vec
 fn training_step<D: Device<f32>>(d: &D) -> Vec<(String, Vec<f32>)> {
     let mut rng = Stream::new(7, &["step"]);
     let mut params: Params<f32, D> = Params::new(d);
-    let enc = Mlp::new(&mut params, "encoder", &[30, 40, 8], Act::Relu, Act::Identity, WeightInit::Torch, 0, &mut rng).unwrap();
-    let dec = Mlp::new(&mut params, "decoder", &[8, 40, 30], Act::Relu, Act::Identity, WeightInit::Torch, 0, &mut rng).unwrap();
-    let m = params.add("m", 1, 1, Init::Const(0.1), 1, &mut rng).unwrap();
-    let t = params.add("t", 1, 1, Init::Const(-2.0), 1, &mut rng).unwrap();
+    let enc = Mlp::new(
+        &mut params,
+        "encoder",
+        &[30, 40, 8],
+        Act::Relu,
+        Act::Identity,
+        WeightInit::Torch,
+        0,
+        &mut rng,
+    )
+    .unwrap();
+    let dec = Mlp::new(
+        &mut params,
+        "decoder",
+        &[8, 40, 30],
+        Act::Relu,
+        Act::Identity,
+        WeightInit::Torch,
+        0,
+        &mut rng,
+    )
+    .unwrap();
+    let m = params
+        .add("m", 1, 1, Init::Const(0.1), 1, &mut rng)
+        .unwrap();
+    let t = params
+        .add("t", 1, 1, Init::Const(-2.0), 1, &mut rng)
+        .unwrap();
     let mut opt = Adam::new(&params, vec![1e-3, 1e-2]).unwrap();
     let mut g: Graph<f32, D> = Graph::new(d).unwrap();
     let x = d.upload(&rand(64 * 30, 40)).unwrap();
     let order = d.upload_idx(&(0..64u32).rev().collect::<Vec<_>>()).unwrap();
-    let y = d.upload(&rand(20, 41).iter().map(|v| v.abs()).collect::<Vec<_>>()).unwrap();
+    let y = d
+        .upload(&rand(20, 41).iter().map(|v| v.abs()).collect::<Vec<_>>())
+        .unwrap();
     let mut acc = d.scalars(2).unwrap();
     let mut out = Vec::new();
     for _ in 0..3 {
@@ -222,14 +370,27 @@ fn training_step<D: Device<f32>>(d: &D) -> Vec<(String, Vec<f32>)> {
         g.backward(total, &mut params).unwrap();
         params.clip_grad_norm(1.0).unwrap();
         for id in params.ids().collect::<Vec<_>>() {
-            out.push((format!("grad {}", params.name(id)), d.to_vec(params.grad(id).unwrap()).unwrap()));
+            out.push((
+                format!("grad {}", params.name(id)),
+                d.to_vec(params.grad(id).unwrap()).unwrap(),
+            ));
         }
         opt.step(&mut params).unwrap();
     }
     for id in params.ids() {
-        out.push((format!("value {}", params.name(id)), params.to_host(id).unwrap()));
+        out.push((
+            format!("value {}", params.name(id)),
+            params.to_host(id).unwrap(),
+        ));
     }
-    out.push(("loss".into(), d.scalars_to_vec(&acc).unwrap().iter().map(|&v| v as f32).collect()));
+    out.push((
+        "loss".into(),
+        d.scalars_to_vec(&acc)
+            .unwrap()
+            .iter()
+            .map(|&v| v as f32)
+            .collect(),
+    ));
     out
 }
 
@@ -244,7 +405,11 @@ fn every_op_on_cuda_matches_the_cpu() {
     for ((name, a), (_, b)) in cpu_s.iter().zip(&gpu_s) {
         close64(name, a, b);
     }
-    println!("{} op outputs and {} slot vectors agree", cpu.len(), cpu_s.len());
+    println!(
+        "{} op outputs and {} slot vectors agree",
+        cpu.len(),
+        cpu_s.len()
+    );
 }
 
 #[test]
@@ -269,7 +434,11 @@ fn two_runs_on_the_gpu_give_identical_bits() {
     let a = every_op(&dev);
     let b = every_op(&dev.fork().unwrap());
     assert_eq!(a, b, "every op, bit for bit");
-    assert_eq!(training_step(&dev), training_step(&dev), "training steps, bit for bit");
+    assert_eq!(
+        training_step(&dev),
+        training_step(&dev),
+        "training steps, bit for bit"
+    );
 }
 
 #[test]
@@ -297,7 +466,11 @@ fn the_scenarios_run_on_the_cpu_and_are_deterministic() {
         .filter(|(n, _)| n.starts_with("clip_grad_norm"))
         .flat_map(|(_, v)| v.iter().map(|x| x * x))
         .sum();
-    assert!((clipped.sqrt() - 1.0).abs() < 1e-5, "clipped to norm 1: {}", clipped.sqrt());
+    assert!(
+        (clipped.sqrt() - 1.0).abs() < 1e-5,
+        "clipped to norm 1: {}",
+        clipped.sqrt()
+    );
     let s = &slots[0].1;
     // Slot 8 = slot 0 + 0.02·slot 3, and the accumulator got 3·slot 8 + slot 4.
     assert!((s[8] - (s[0] + 0.02 * s[3])).abs() < 1e-12);
