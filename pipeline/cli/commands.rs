@@ -154,15 +154,55 @@ fn run_id() -> String {
 
 /// What `run` shows for the targets it touched: tables rendered from whatever is fresh, and
 /// where figures are.
+/// Read an object a view shows; a corrupt one is quarantined with the result that produced it
+/// (so the next engine pass recomputes that node) and reads as absent.
+fn view_object(
+    store: &Store,
+    producer: &Digest<NodeKeyTag>,
+    digest: &Digest<upcc_engine::Artifact>,
+    healed: &mut bool,
+) -> Result<Option<Vec<u8>>> {
+    match store.read_object(digest) {
+        Ok(b) => Ok(Some(b)),
+        Err(
+            e @ (upcc_engine::StoreError::Corrupt { .. }
+            | upcc_engine::StoreError::MissingObject(_)),
+        ) => {
+            store.quarantine_object(digest)?;
+            store.quarantine_manifest(producer)?;
+            eprintln!(
+                "upcc: warning: {e}; quarantined it and the result {} that produced it, which is recomputed now",
+                producer.short()
+            );
+            *healed = true;
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The tables and figures of the targets touched by a run. `healed` is set when a corrupt
+/// object was met (and quarantined): the caller runs the engine again and re-renders.
 fn render_views(
     loaded: &Loaded,
     store: &Store,
     touched: &BTreeSet<usize>,
+    healed: &mut bool,
 ) -> Result<Vec<(String, String)>> {
     let dag = &loaded.built.dag;
     let entries = plan(dag, store, &loaded.spec.file.name)?;
     let mut out = Vec::new();
-    for t in &loaded.built.targets {
+    let mut targets: Vec<&crate::graph::TargetNodes> = loaded.built.targets.iter().collect();
+    // In the order the spec declares them.
+    targets.sort_by_key(|t| {
+        loaded
+            .spec
+            .target_order
+            .iter()
+            .position(|n| n == &t.name)
+            .unwrap_or(usize::MAX)
+    });
+    for t in targets {
         let involved =
             touched.contains(&t.node) || t.cells.iter().any(|c| touched.contains(&c.leaf));
         if !involved {
@@ -172,11 +212,20 @@ fn render_views(
             let fresh = entries[t.node]
                 .key
                 .filter(|_| entries[t.node].status == NodeStatus::Fresh);
-            let text = match fresh
-                .map(|k| store.fresh_manifest(&k))
-                .transpose()?
-                .flatten()
-            {
+            let manifest = match fresh {
+                Some(k) => store.fresh_manifest(&k)?.map(|m| (k, m)),
+                None => None,
+            };
+            // A figure is re-hashed like everything else before it is shown.
+            let manifest = match manifest {
+                Some((k, m)) => {
+                    let png = view_object(store, &k, &m.outputs["png"].digest, healed)?;
+                    let svg = view_object(store, &k, &m.outputs["svg"].digest, healed)?;
+                    (png.is_some() && svg.is_some()).then_some(m)
+                }
+                None => None,
+            };
+            let text = match manifest {
                 Some(m) => format!(
                     "### {}\n\nfigure: {} (PNG), {} (SVG)\n",
                     t.layout.title,
@@ -208,7 +257,10 @@ fn render_views(
             }
             let key = e.key.expect("fresh nodes have keys");
             if let Some(m) = store.fresh_manifest(&key)? {
-                let bytes = store.read_object(&m.outputs[cell.output].digest)?;
+                let Some(bytes) = view_object(store, &key, &m.outputs[cell.output].digest, healed)?
+                else {
+                    continue;
+                };
                 results.push(
                     cell_result(source, input, &bytes).map_err(|e| CliError::env(e.to_string()))?,
                 );
@@ -219,6 +271,20 @@ fn render_views(
         out.push((t.name.clone(), r.markdown));
     }
     Ok(out)
+}
+
+/// One report for two engine passes: a node counts as executed if either pass executed it.
+fn merge_reports(
+    first: upcc_engine::RunReport,
+    second: upcc_engine::RunReport,
+) -> upcc_engine::RunReport {
+    let mut nodes = first.nodes;
+    for (n, again) in nodes.iter_mut().zip(second.nodes) {
+        if again.outcome != Outcome::Cached || n.outcome == Outcome::Failed {
+            *n = again;
+        }
+    }
+    upcc_engine::RunReport { nodes }
 }
 
 /// Threads per CPU training node when --node-threads is not given: small networks scale to a
@@ -277,7 +343,24 @@ pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
             loaded.compute.name()
         );
     }
-    let report = engine_run(&dag, &store, &cfg)?;
+    let mut report = engine_run(&dag, &store, &cfg)?;
+    // Map back to indices of the full DAG to find the targets touched.
+    let touched: BTreeSet<usize> = dag
+        .nodes()
+        .iter()
+        .filter_map(|n| loaded.built.dag.index_of(&n.id))
+        .collect();
+    let mut tables = Vec::new();
+    for pass in 0..3 {
+        let mut healed = false;
+        tables = render_views(&loaded, &store, &touched, &mut healed)?;
+        if !healed || pass == 2 {
+            break;
+        }
+        // A result the views read was corrupt and is quarantined: compute it again.
+        let again = engine_run(&dag, &store, &cfg)?;
+        report = merge_reports(report, again);
+    }
     let (executed, cached, elsewhere, failed, skipped) = (
         report.count(Outcome::Executed),
         report.count(Outcome::Cached),
@@ -285,13 +368,6 @@ pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
         report.count(Outcome::Failed),
         report.count(Outcome::Skipped),
     );
-    // Map back to indices of the full DAG to find the targets touched.
-    let touched: BTreeSet<usize> = dag
-        .nodes()
-        .iter()
-        .filter_map(|n| loaded.built.dag.index_of(&n.id))
-        .collect();
-    let tables = render_views(&loaded, &store, &touched)?;
     let seconds = t0.elapsed().as_secs_f64();
     if args.spec.json {
         let nodes: Vec<_> = report
@@ -633,9 +709,10 @@ pub fn verify(store_flag: &Option<PathBuf>) -> Result<i32> {
     let mut o = std::io::stdout().lock();
     let _ = writeln!(
         o,
-        "checked {} objects and {} manifests in `{}`",
+        "checked {} objects, {} manifests and {} refs in `{}`",
         report.objects_checked,
         report.manifests_checked,
+        report.refs_checked,
         store.root().display()
     );
     for d in &report.corrupt_objects {
@@ -644,8 +721,11 @@ pub fn verify(store_flag: &Option<PathBuf>) -> Result<i32> {
     for k in &report.manifests_quarantined {
         let _ = writeln!(
             o,
-            "result {k} lost an output: quarantined (it will be recomputed)"
+            "result {k} is unreadable, misfiled or lost an output: quarantined (it will be recomputed)"
         );
+    }
+    for r in &report.refs_quarantined {
+        let _ = writeln!(o, "ref {r} is unreadable: quarantined");
     }
     if report.stale_temp_files_removed > 0 {
         let _ = writeln!(

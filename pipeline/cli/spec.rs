@@ -276,6 +276,8 @@ pub struct Spec {
     pub pretrain: PretrainSpec,
     /// Resolved training settings per method.
     pub methods: BTreeMap<String, ResolvedMethod>,
+    /// Target names in the order the spec declares them (tables print in this order).
+    pub target_order: Vec<String>,
 }
 
 /// Where a file's text came from.
@@ -462,6 +464,15 @@ pub fn load(arg: &str, overrides: &[String]) -> Result<Spec> {
     let display = src.display.clone();
     let mut value: Value =
         serde_yaml_ng::from_str(&src.text).map_err(|e| serde_error(&display, &src.text, &e))?;
+    let target_order: Vec<String> = value
+        .get("targets")
+        .and_then(|t| t.as_mapping())
+        .map(|m| {
+            m.keys()
+                .filter_map(|k| k.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
     // Pass 1: the file alone, so that errors point into it.
     let file: SpecFile =
         serde_yaml_ng::from_str(&src.text).map_err(|e| serde_error(&display, &src.text, &e))?;
@@ -482,7 +493,9 @@ pub fn load(arg: &str, overrides: &[String]) -> Result<Spec> {
             err
         })?
     };
-    validate(src, file)
+    let mut spec = validate(src, file)?;
+    spec.target_order = target_order;
+    Ok(spec)
 }
 
 struct Problems<'a> {
@@ -1000,6 +1013,7 @@ fn validate(src: SpecSource, file: SpecFile) -> Result<Spec> {
         trials,
         pretrain,
         methods,
+        target_order: vec![],
     })
 }
 

@@ -72,3 +72,162 @@ fn corrupt_input_is_never_served_to_a_consumer() {
     );
     assert_eq!(env.upcc(&["verify"]).code, 0);
 }
+
+/// Every file under `dir` (recursively).
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else {
+                out.push(e.path());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn bad_refs_never_wedge_the_store() {
+    let env = Env::new();
+    env.run_ok(&[]);
+    let spec = env.spec();
+    let refs = files_under(&env.store().join("refs"));
+    assert!(refs.len() >= 4, "{refs:?}");
+    // Truncated, empty, garbage and a flipped first byte.
+    let text = std::fs::read(&refs[0]).unwrap();
+    std::fs::write(&refs[0], &text[..text.len() / 2]).unwrap();
+    std::fs::write(&refs[1], b"").unwrap();
+    std::fs::write(&refs[2], b"\x00\xffnot json at all").unwrap();
+    let mut t3 = std::fs::read(&refs[3]).unwrap();
+    t3[0] ^= 0x40;
+    std::fs::write(&refs[3], t3).unwrap();
+    // status reads refs (why is it stale): it heals them, one warning each, and succeeds.
+    let s = env.upcc(&["status", &spec]);
+    assert_eq!(s.code, 0, "{s:?}");
+    assert_eq!(s.stderr.matches("upcc: warning:").count(), 4, "{s:?}");
+    assert!(s.stderr.contains("moved to quarantine"), "{s:?}");
+    for r in &refs[..4] {
+        assert!(!r.exists(), "{} quarantined", r.display());
+    }
+    // run, gc and verify all work; nothing is recomputed (refs only explain staleness).
+    let r = env.run_ok(&[]);
+    assert_eq!(r["executed"], 0, "{r}");
+    assert_eq!(env.upcc(&["gc", &spec, "--dry-run"]).code, 0);
+    assert_eq!(env.upcc(&["verify"]).code, 0);
+    // verify checks refs itself.
+    let again = files_under(&env.store().join("refs"));
+    std::fs::write(&again[0], b"{").unwrap();
+    let v = env.upcc(&["verify"]);
+    assert_eq!(v.code, 1, "{v:?}");
+    assert!(v.stdout.contains("is unreadable: quarantined"), "{v:?}");
+    assert_eq!(env.upcc(&["verify"]).code, 0);
+}
+
+#[test]
+fn an_unparsable_manifest_reads_as_missing_and_is_recomputed() {
+    let env = Env::new();
+    env.run_ok(&[]);
+    let spec = env.spec();
+    let m = manifest(&env, &spec, "cluster/blobs/lv0.1/probpair/pre/t1", &[]);
+    let key = m["key"].as_str().unwrap().to_string();
+    let path = env
+        .store()
+        .join("nodes")
+        .join(&key[..2])
+        .join(format!("{}.json", &key[2..]));
+    std::fs::write(&path, b"{\"manifest_schema\": 1, \"key\"").unwrap();
+    let s = env.upcc(&["status", &spec, "--json"]);
+    assert_eq!(s.code, 0, "{s:?}");
+    assert!(s.stderr.contains("unreadable"), "{s:?}");
+    let r = env.run_ok(&[]);
+    assert_eq!(
+        ids_with(&r, "executed"),
+        ["cluster/blobs/lv0.1/probpair/pre/t1"],
+        "only the node that lost its manifest: {r}"
+    );
+    assert_eq!(env.upcc(&["verify"]).code, 0);
+}
+
+#[test]
+fn verify_checks_that_key_material_hashes_to_the_key() {
+    let env = Env::new();
+    env.run_ok(&[]);
+    let spec = env.spec();
+    let m = manifest(&env, &spec, "metrics/blobs/lv0.1/probpair/pre/t1", &[]);
+    let key = m["key"].as_str().unwrap().to_string();
+    let path = env
+        .store()
+        .join("nodes")
+        .join(&key[..2])
+        .join(format!("{}.json", &key[2..]));
+    // A parseable manifest whose recorded material no longer matches its key.
+    let text = std::fs::read_to_string(&path).unwrap();
+    let edited = text.replacen("\"stage_version\": 1", "\"stage_version\": 7", 1);
+    assert_ne!(text, edited);
+    std::fs::write(&path, edited).unwrap();
+    let v = env.upcc(&["verify"]);
+    assert_eq!(v.code, 1, "{v:?}");
+    assert!(v.stdout.contains(&key), "{v:?}");
+    let r = env.run_ok(&[]);
+    assert_eq!(
+        ids_with(&r, "executed"),
+        ["metrics/blobs/lv0.1/probpair/pre/t1"]
+    );
+}
+
+#[test]
+fn a_corrupt_object_read_only_to_print_a_table_is_recomputed() {
+    let env = Env::new();
+    let first = env.run_ok(&[]);
+    let metrics = output_path(&env, "metrics/blobs/lv0.1/probpair/pre/t1", "metrics");
+    flip(&metrics);
+    let spec = env.spec();
+    let r = env.upcc(&["run", &spec, "--json", "--progress", "none"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stderr.contains("quarantined"), "{r:?}");
+    let j = r.json();
+    assert_eq!(
+        ids_with(&j, "executed"),
+        ["metrics/blobs/lv0.1/probpair/pre/t1"],
+        "{j}"
+    );
+    assert_eq!(j["tables"], first["tables"], "the same table");
+    assert_eq!(env.upcc(&["verify"]).code, 0);
+}
+
+#[test]
+fn a_store_killed_while_writing_store_json_is_accepted() {
+    let env = Env::new();
+    let store = env.store();
+    // What a kill before STORE.json's rename leaves: the folders and a temp file.
+    for d in [
+        "objects",
+        "nodes",
+        "refs",
+        "logs",
+        "locks",
+        "tmp",
+        "quarantine",
+    ] {
+        std::fs::create_dir_all(store.join(d)).unwrap();
+    }
+    std::fs::write(store.join("tmp/STORE.json.host.1.tmp"), b"{\"layo").unwrap();
+    let v = env.upcc(&["verify"]);
+    assert_eq!(v.code, 0, "{v:?}");
+    assert!(v.stderr.contains("interrupted"), "{v:?}");
+    assert!(store.join("STORE.json").exists());
+    let spec = env.spec();
+    assert_eq!(env.upcc(&["gc", &spec, "--dry-run"]).code, 0);
+    env.run_ok(&[]);
+    // A folder with other content is still not taken for a store.
+    let other = env.path("not-a-store");
+    std::fs::create_dir_all(other.join("objects")).unwrap();
+    std::fs::write(other.join("notes.txt"), b"mine").unwrap();
+    let r = env.upcc_store(&other, &["verify"]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(!other.join("STORE.json").exists());
+}

@@ -134,3 +134,29 @@ fn an_eci_parameter_reruns_only_eci_nodes_and_their_consumers() {
         assert!(downstream, "`{id}` does not depend on ECI-PP's settings");
     }
 }
+
+#[test]
+fn a_corrupt_figure_is_never_shown_and_is_redrawn() {
+    let (env, first) = setup();
+    let png = output_path(&env, "figure/diag", "png");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&png, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let mut b = std::fs::read(&png).unwrap();
+        let i = b.len() / 2;
+        b[i] ^= 0x10;
+        std::fs::write(&png, b).unwrap();
+    }
+    let spec = env.spec();
+    let r = env.upcc(&["run", &spec, "--json", "--progress", "none"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let j = r.json();
+    assert_eq!(ids_with(&j, "executed"), ["figure/diag"], "{j}");
+    assert_eq!(
+        j["tables"]["diag"], first["tables"]["diag"],
+        "the same figure, redrawn"
+    );
+    let bytes = std::fs::read(&png).unwrap();
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    assert_eq!(env.upcc(&["verify"]).code, 0);
+}

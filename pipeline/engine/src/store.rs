@@ -133,15 +133,33 @@ struct StoreInfo {
 pub struct VerifyReport {
     pub objects_checked: usize,
     pub manifests_checked: usize,
+    pub refs_checked: usize,
     pub corrupt_objects: Vec<String>,
     pub manifests_quarantined: Vec<String>,
+    /// Unreadable ref files moved to quarantine (their nodes just lose "why is it stale").
+    pub refs_quarantined: Vec<String>,
     pub stale_temp_files_removed: usize,
 }
 
 impl VerifyReport {
     pub fn is_clean(&self) -> bool {
-        self.corrupt_objects.is_empty() && self.manifests_quarantined.is_empty()
+        self.corrupt_objects.is_empty()
+            && self.manifests_quarantined.is_empty()
+            && self.refs_quarantined.is_empty()
     }
+}
+
+/// What reading a small JSON file of the store found.
+enum JsonRead<T> {
+    Missing,
+    Ok(T),
+    /// Unparsable (truncated, empty, garbage, a flipped bit): the reason.
+    Corrupt(String),
+}
+
+/// One warning line on stderr: the store healed itself and says how.
+fn warn(message: &str) {
+    eprintln!("upcc: warning: {message}");
 }
 
 /// Findings of [`Store::gc`].
@@ -200,10 +218,23 @@ impl Store {
         }
     }
 
-    /// Open an existing store; an error if `root` is not one.
+    /// Open an existing store; an error if `root` is not one. A store whose creation was
+    /// interrupted before `STORE.json` was published (only the store's own folders, no other
+    /// files) is completed.
     pub fn open_existing(root: &Path) -> Result<Self, StoreError> {
         let info_path = root.join("STORE.json");
         if !info_path.exists() {
+            if Self::interrupted_creation(root) {
+                use std::os::unix::fs::PermissionsExt;
+                let shared = std::fs::metadata(root.join("tmp"))
+                    .map(|m| m.permissions().mode() & 0o2000 != 0)
+                    .unwrap_or(false);
+                warn(&format!(
+                    "`{}` is a store whose creation was interrupted (no STORE.json); completing it",
+                    root.display()
+                ));
+                return Self::open_or_create(root, shared);
+            }
             return Err(StoreError::NotAStore(root.to_path_buf()));
         }
         let text = fs_err::read_to_string(&info_path).map_err(|e| StoreError::Io {
@@ -226,6 +257,39 @@ impl Store {
             root: root.to_path_buf(),
             shared: info.shared,
         })
+    }
+
+    /// Whether `root` holds nothing but (some of) a store's own folders, with nothing in them
+    /// except temp files: what a kill during creation leaves.
+    fn interrupted_creation(root: &Path) -> bool {
+        const DIRS: [&str; 7] = [
+            "objects",
+            "nodes",
+            "refs",
+            "logs",
+            "locks",
+            "tmp",
+            "quarantine",
+        ];
+        let Ok(entries) = std::fs::read_dir(root) else {
+            return false;
+        };
+        let mut any = false;
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if !DIRS.contains(&name.as_str()) || !e.path().is_dir() {
+                return false;
+            }
+            any = true;
+            if name != "tmp"
+                && std::fs::read_dir(e.path())
+                    .map(|mut d| d.next().is_some())
+                    .unwrap_or(true)
+            {
+                return false;
+            }
+        }
+        any
     }
 
     fn ensure_dirs(&self) -> Result<(), StoreError> {
@@ -371,9 +435,23 @@ impl Store {
         Ok(bytes)
     }
 
-    /// The manifest of a node key, if one is stored.
+    /// The manifest of a node key, if one is stored. An unreadable manifest, or one that
+    /// belongs to another key, is moved to quarantine with one warning line and reads as
+    /// absent: its node will be recomputed.
     pub fn read_manifest(&self, key: &Digest<NodeKeyTag>) -> Result<Option<Manifest>, StoreError> {
-        read_json_opt(&self.manifest_path(key))
+        let path = self.manifest_path(key);
+        let why = match read_json::<Manifest>(&path)? {
+            JsonRead::Missing => return Ok(None),
+            JsonRead::Ok(m) if m.key == *key => return Ok(Some(m)),
+            JsonRead::Ok(m) => format!("it records key {} instead", m.key.short()),
+            JsonRead::Corrupt(why) => why,
+        };
+        self.quarantine_manifest(key)?;
+        warn(&format!(
+            "result {} was unreadable ({why}); moved to quarantine, it will be recomputed",
+            key.short()
+        ));
+        Ok(None)
     }
 
     /// A manifest whose outputs are all present (by size): the node is fresh.
@@ -401,8 +479,41 @@ impl Store {
         atomic_write(&self.tmp_dir(), &path, &bytes, self.file_mode()).map_err(io_err(&path))
     }
 
+    /// The last key computed for `node_id` within `spec`. An unreadable ref is moved to
+    /// quarantine with one warning line and reads as absent (refs only explain staleness).
     pub fn read_ref(&self, spec: &str, node_id: &str) -> Result<Option<RefRecord>, StoreError> {
-        read_json_opt(&self.ref_path(spec, node_id))
+        let path = self.ref_path(spec, node_id);
+        match read_json::<RefRecord>(&path)? {
+            JsonRead::Missing => Ok(None),
+            JsonRead::Ok(r) => Ok(Some(r)),
+            JsonRead::Corrupt(why) => {
+                self.quarantine_file(&path, "ref")?;
+                warn(&format!(
+                    "the ref of `{node_id}` was unreadable ({why}); moved to quarantine"
+                ));
+                Ok(None)
+            }
+        }
+    }
+
+    /// Move any file of the store into quarantine (`<kind>-<name>-<time>`).
+    fn quarantine_file(&self, from: &Path, kind: &str) -> Result<(), StoreError> {
+        let name = from
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default();
+        let to = self
+            .root
+            .join("quarantine")
+            .join(format!("{kind}-{}-{name}", unix_now()));
+        match std::fs::rename(from, &to) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(StoreError::Io {
+                path: from.to_path_buf(),
+                source: e,
+            }),
+        }
     }
 
     /// Write a node's log (atomically, so a reader never sees half a log of a finished node).
@@ -479,6 +590,14 @@ impl Store {
         Ok(out)
     }
 
+    /// Every ref file (`refs/<spec>/<hash>.json`).
+    pub fn list_refs(&self) -> Result<Vec<PathBuf>, StoreError> {
+        let mut out = list_fanout(&self.root.join("refs"))?;
+        out.retain(|p| p.extension().is_some_and(|e| e == "json"));
+        out.sort();
+        Ok(out)
+    }
+
     /// Find manifests whose key starts with `prefix` (hex).
     pub fn find_manifests_by_prefix(
         &self,
@@ -512,16 +631,18 @@ impl Store {
         }
         for key in self.list_manifests()? {
             report.manifests_checked += 1;
-            let manifest = match self.read_manifest(&key) {
-                Ok(Some(m)) => m,
-                Ok(None) => continue,
-                Err(_) => {
+            let manifest = match read_json::<Manifest>(&self.manifest_path(&key))? {
+                JsonRead::Ok(m) => m,
+                JsonRead::Missing => continue,
+                JsonRead::Corrupt(_) => {
                     self.quarantine_manifest(&key)?;
                     report.manifests_quarantined.push(key.to_hex());
                     continue;
                 }
             };
+            // The key material must hash to the key the manifest is filed under.
             let intact = manifest.key == key
+                && manifest.material.digest().ok() == Some(key)
                 && manifest
                     .outputs
                     .values()
@@ -529,6 +650,18 @@ impl Store {
             if !intact {
                 self.quarantine_manifest(&key)?;
                 report.manifests_quarantined.push(key.to_hex());
+            }
+        }
+        for path in self.list_refs()? {
+            report.refs_checked += 1;
+            if let JsonRead::Corrupt(_) = read_json::<RefRecord>(&path)? {
+                self.quarantine_file(&path, "ref")?;
+                report.refs_quarantined.push(
+                    path.strip_prefix(&self.root)
+                        .unwrap_or(&path)
+                        .display()
+                        .to_string(),
+                );
             }
         }
         report.stale_temp_files_removed = self.clean_dead_temps()?;
@@ -657,17 +790,14 @@ fn sanitize_component(s: &str) -> String {
     }
 }
 
-fn read_json_opt<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>, StoreError> {
+fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<JsonRead<T>, StoreError> {
     match std::fs::read(path) {
-        Ok(bytes) => {
-            serde_json::from_slice(&bytes)
-                .map(Some)
-                .map_err(|source| StoreError::BadJson {
-                    path: path.to_path_buf(),
-                    source,
-                })
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Ok(bytes) => Ok(match serde_json::from_slice(&bytes) {
+            Ok(v) => JsonRead::Ok(v),
+            Err(e) if bytes.is_empty() => JsonRead::Corrupt(format!("empty file: {e}")),
+            Err(e) => JsonRead::Corrupt(e.to_string()),
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(JsonRead::Missing),
         Err(e) => Err(StoreError::Io {
             path: path.to_path_buf(),
             source: e,
