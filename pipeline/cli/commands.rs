@@ -439,7 +439,23 @@ pub fn status(args: &SpecArgs, env: &Env) -> Result<i32> {
         Store::view_nonexistent(&path)
     };
     let entries = plan(&dag, &store, &loaded.spec.file.name)?;
+    // Nodes another process is computing right now (its lease is held; a dead holder's is not).
+    let running: Vec<Option<upcc_engine::LeaseHolder>> = entries
+        .iter()
+        .map(|e| match (e.status, e.key) {
+            (NodeStatus::Fresh, _) | (_, None) => None,
+            (_, Some(k)) => store.running(&k).map(|h| {
+                h.unwrap_or(upcc_engine::LeaseHolder {
+                    host: "?".into(),
+                    pid: 0,
+                    run_id: String::new(),
+                    since: "?".into(),
+                })
+            }),
+        })
+        .collect();
     let count = |s: NodeStatus| entries.iter().filter(|e| e.status == s).count();
+    let n_running = running.iter().filter(|r| r.is_some()).count();
     let (fresh, stale, missing) = (
         count(NodeStatus::Fresh),
         count(NodeStatus::Stale),
@@ -448,11 +464,18 @@ pub fn status(args: &SpecArgs, env: &Env) -> Result<i32> {
     if args.json {
         let nodes: Vec<_> = entries
             .iter()
-            .map(|e| json!({"id": e.id, "stage": e.stage, "status": e.status, "key": e.key.map(|k| k.to_hex()), "reasons": e.reasons}))
+            .zip(&running)
+            .map(|(e, r)| {
+                let mut n = json!({"id": e.id, "stage": e.stage, "status": e.status, "key": e.key.map(|k| k.to_hex()), "reasons": e.reasons});
+                if let Some(h) = r {
+                    n["running"] = json!({"pid": h.pid, "host": h.host, "since": h.since, "run_id": h.run_id});
+                }
+                n
+            })
             .collect();
         println!(
             "{}",
-            json!({"fresh": fresh, "stale": stale, "missing": missing, "total": entries.len(), "nodes": nodes})
+            json!({"fresh": fresh, "stale": stale, "missing": missing, "running": n_running, "total": entries.len(), "nodes": nodes})
         );
     } else {
         let width = entries.iter().map(|e| e.id.len()).max().unwrap_or(4).max(4);
@@ -462,7 +485,7 @@ pub fn status(args: &SpecArgs, env: &Env) -> Result<i32> {
             "{:<8} {:<12} {:<width$}  WHY",
             "STATUS", "STAGE", "NODE"
         );
-        for e in &entries {
+        for (e, r) in entries.iter().zip(&running) {
             let why = if e.reasons.len() > 2 {
                 format!(
                     "{}; … (+{} more)",
@@ -472,18 +495,24 @@ pub fn status(args: &SpecArgs, env: &Env) -> Result<i32> {
             } else {
                 e.reasons.join("; ")
             };
-            let _ = writeln!(
-                out,
-                "{:<8} {:<12} {:<width$}  {why}",
-                status_word(e.status),
-                e.stage,
-                e.id
-            );
+            let (word, why) = match r {
+                Some(h) => (
+                    "running",
+                    format!("pid {} on {} since {}", h.pid, h.host, h.since),
+                ),
+                None => (status_word(e.status), why),
+            };
+            let _ = writeln!(out, "{word:<8} {:<12} {:<width$}  {why}", e.stage, e.id);
         }
         let _ = writeln!(
             out,
-            "\n{} nodes: {fresh} fresh, {stale} stale, {missing} missing",
-            entries.len()
+            "\n{} nodes: {fresh} fresh, {stale} stale, {missing} missing{}",
+            entries.len(),
+            if n_running > 0 {
+                format!(" ({n_running} of them running now)")
+            } else {
+                String::new()
+            }
         );
     }
     Ok(0)

@@ -109,6 +109,23 @@ pub fn try_acquire(path: &Path, holder: &LeaseHolder) -> Result<LeaseAttempt, Le
     }))
 }
 
+/// Who holds the lease at `path` right now: `None` when nobody does (or the file does not
+/// exist), `Some(record)` when a live process holds it (`Some(None)` if its record is
+/// unreadable). A dead holder's lock is released by the kernel, so its stale record is never
+/// reported.
+pub fn holder_now(path: &Path) -> Option<Option<LeaseHolder>> {
+    let file = std::fs::OpenOptions::new().read(true).open(path).ok()?;
+    // A shared, non-blocking probe: it fails only while someone holds the exclusive lease.
+    // SAFETY: the fd is valid; flock has no memory-safety preconditions.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
+    if rc == 0 {
+        // SAFETY: as above.
+        unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
+        return None;
+    }
+    Some(read_holder(path))
+}
+
 /// The record written by the current holder, if any.
 pub fn read_holder(path: &Path) -> Option<LeaseHolder> {
     let bytes = std::fs::read(path).ok()?;
@@ -140,10 +157,25 @@ mod tests {
             LeaseAttempt::Busy(Some(h)) => assert_eq!(h.run_id, "a"),
             other => panic!("expected busy, got {other:?}"),
         }
+        assert_eq!(
+            holder_now(&p).map(|h| h.map(|h| h.run_id)),
+            Some(Some("a".into()))
+        );
         drop(first);
+        assert_eq!(holder_now(&p), None, "released: nobody holds it");
         assert!(matches!(
             try_acquire(&p, &holder("b")).unwrap(),
             LeaseAttempt::Acquired(_)
         ));
+    }
+
+    #[test]
+    fn a_dead_holders_record_is_not_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("k.lock");
+        // A record left behind by a holder that died without clearing it (SIGKILL).
+        std::fs::write(&p, serde_json::to_vec(&holder("dead")).unwrap()).unwrap();
+        assert_eq!(holder_now(&p), None);
+        assert_eq!(holder_now(&dir.path().join("absent.lock")), None);
     }
 }

@@ -21,6 +21,7 @@ pub use digest::{Artifact, Digest, NodeKeyTag};
 pub use error::{EngineError, Tier};
 pub use executor::{run, NodeReport, Outcome, ProgressMode, ProvenanceBase, RunConfig, RunReport};
 pub use key::{KeyChange, KeyMaterial, KEY_SCHEMA_VERSION};
+pub use lease::LeaseHolder;
 pub use plan::{plan, NodeStatus, PlanEntry};
 pub use store::{Manifest, OutputRecord, Provenance, RefRecord, Store, StoreError};
 pub use task::{PendingOutput, Resources, Task, TaskContext, TaskError};

@@ -524,6 +524,11 @@ impl Store {
             .map_err(io_err(&path))
     }
 
+    /// The live process computing `key` right now, if any (from its lease).
+    pub fn running(&self, key: &Digest<NodeKeyTag>) -> Option<Option<crate::lease::LeaseHolder>> {
+        crate::lease::holder_now(&self.lock_path(key))
+    }
+
     pub fn ensure_lock_parent(&self, key: &Digest<NodeKeyTag>) -> Result<PathBuf, StoreError> {
         let path = self.lock_path(key);
         self.ensure_parent(&path)?;
