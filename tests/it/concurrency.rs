@@ -102,8 +102,7 @@ fn status_shows_nodes_another_process_is_computing_and_forgets_dead_ones() {
     a.extend(set);
     let text = env.upcc(&a);
     assert!(
-        text.stdout.contains(&format!("running  train"))
-            && text.stdout.contains(&format!("pid {pid}")),
+        text.stdout.contains("running  train") && text.stdout.contains(&format!("pid {pid}")),
         "{text:?}"
     );
     // Killed: its lease record stays in the lock file, but the node is no longer running.
