@@ -18,7 +18,7 @@ use crate::graph::{build, Built};
 use crate::select::{self, Selection};
 use crate::spec::TargetKind;
 use crate::spec::{self, Spec};
-use crate::tasks::{cell_result, TableSource};
+use crate::stage::table::{cell_result, TableSource};
 
 /// The store named by `--store`, else `$UPCC_STORE`, else `artifacts/`.
 pub fn store_path(flag: &Option<PathBuf>) -> PathBuf {

@@ -7,9 +7,11 @@ pub mod commands;
 pub mod device;
 pub mod error;
 pub mod graph;
+pub mod method;
 pub mod select;
 pub mod spec;
-pub mod tasks;
+pub mod stage;
+pub mod wiring;
 
 use clap::Parser;
 

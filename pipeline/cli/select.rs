@@ -71,7 +71,15 @@ pub fn parse(args: &[String], built: &Built) -> Result<Selection> {
             return Err(e.hint(format!("selector keys: {}", KEYS.join(", "))));
         }
         let valid = known.get(k).cloned().unwrap_or_default();
-        for value in v.split(',').filter(|s| !s.is_empty()) {
+        if v.split(',').any(|s| s.trim().is_empty()) {
+            return Err(
+                CliError::user(format!("selector `{a}`: `{k}=` names no value")).hint(format!(
+                    "values of `{k}`: {}",
+                    valid.iter().cloned().collect::<Vec<_>>().join(", ")
+                )),
+            );
+        }
+        for value in v.split(',') {
             // Numbers may be written either way (0.3 / 0.30).
             let canon = canonical_value(k, value, &valid);
             if !valid.contains(&canon) {

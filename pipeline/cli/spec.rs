@@ -1,25 +1,28 @@
 //! Experiment specs: YAML files naming datasets, supervision settings, methods, trials,
 //! stage parameters and targets (each a grid of cells).
 //!
-//! Loading validates once, up front, and reports every problem with file, line and the
-//! nearest valid name. `--set key=value` overrides any parameter (dotted path; the stage
-//! names `expert`, `constraints`, `pretrain`, `train`, `cluster`, `table` may omit `params.`).
+//! Loading validates everything up front, before anything runs: the file's structure, every
+//! name, and every parameter through its settings type's `check` (each method resolves and
+//! checks its own sections). Every problem is reported at once, each at the file and line that
+//! holds the value, or at the `--set` argument that gave it. `--set key=value` overrides any
+//! parameter (dotted path; the parameter sections may omit `params.`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_yaml_ng::Value;
 use upcc_report::{Metric, TableSettings};
+use upcc_stages::check::{Check, Problem};
 use upcc_stages::cluster::ClusterSettings;
 use upcc_stages::constraints::ConstraintSettings;
-use upcc_stages::eci::EciSettings;
 use upcc_stages::expert::ClassifierParams;
 use upcc_stages::features::{DataFormat, HeaderMode, Scaling, Split, SplitKind};
 use upcc_stages::pretrain::PretrainSettings;
-use upcc_stages::train::{TrainSettings, Weighting};
 
 use crate::error::{nearest, CliError, Result};
+use crate::method::{self, Method, Settings};
 
 /// The embedded default spec (a copy of `experiments/smoke.yaml`).
 pub const SMOKE_YAML: &str = include_str!("../../experiments/smoke.yaml");
@@ -34,15 +37,23 @@ pub fn embedded(name: &str) -> Option<&'static [u8]> {
     }
 }
 
-const STAGE_SECTIONS: [&str; 7] = [
-    "expert",
-    "constraints",
-    "pretrain",
-    "train",
-    "eci",
-    "cluster",
-    "table",
-];
+/// Sections of `params` every spec may set, besides the methods' own.
+const STAGE_SECTIONS: [&str; 5] = ["expert", "constraints", "pretrain", "cluster", "table"];
+
+/// Every parameter section: the stages' and the methods'.
+pub fn sections() -> Vec<&'static str> {
+    let mut v: Vec<&'static str> = STAGE_SECTIONS.to_vec();
+    v.extend(method::method_sections());
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// Larger embeddings are mistakes (and would not fit in memory with the usual backbone).
+const MAX_EMBEDDING_DIM: usize = 100_000;
+
+/// More trial × cell nodes than this is a mistake, not an experiment.
+const MAX_NODES: u128 = 2_000_000;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -52,10 +63,13 @@ pub struct SpecFile {
     pub description: String,
     pub datasets: BTreeMap<String, DatasetSpec>,
     pub supervision: BTreeMap<String, SupervisionSpec>,
-    pub methods: BTreeMap<String, MethodSpec>,
-    pub trials: Trials,
+    /// Method name → `{kind: …, <section>: overrides…}` (checked against the method).
+    pub methods: BTreeMap<String, Value>,
+    /// A number of trials (seeds 1..N) or a list of seeds.
+    pub trials: Value,
+    /// Section → settings (checked against the stages and methods).
     #[serde(default)]
-    pub params: ParamsSpec,
+    pub params: BTreeMap<String, Value>,
     pub targets: BTreeMap<String, TargetSpec>,
 }
 
@@ -110,88 +124,11 @@ fn default_unfamiliar() -> f64 {
     0.0001
 }
 
-/// Methods this version implements.
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
-pub enum MethodKind {
-    #[serde(rename = "probpair")]
-    ProbPair,
-    #[serde(rename = "weighted-probpair")]
-    WeightedProbPair,
-    #[serde(rename = "eci-pp")]
-    EciPp,
-}
-
-impl MethodKind {
-    pub const NAMES: [&'static str; 3] = ["probpair", "weighted-probpair", "eci-pp"];
-
-    pub fn from_name(name: &str) -> Option<Self> {
-        match name {
-            "probpair" => Some(MethodKind::ProbPair),
-            "weighted-probpair" => Some(MethodKind::WeightedProbPair),
-            "eci-pp" => Some(MethodKind::EciPp),
-            _ => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            MethodKind::ProbPair => "probpair",
-            MethodKind::WeightedProbPair => "weighted-probpair",
-            MethodKind::EciPp => "eci-pp",
-        }
-    }
-
-    /// Pair weights of the ProbPair loss (ECI-PP sets its own per phase).
-    pub fn weighting(self) -> Weighting {
-        match self {
-            MethodKind::ProbPair | MethodKind::EciPp => Weighting::None,
-            MethodKind::WeightedProbPair => Weighting::Kappa,
-        }
-    }
-}
-
-/// A method as the spec resolves it.
-#[derive(Clone, Debug)]
+/// A method as the spec resolves it: the implementation and its checked settings.
+#[derive(Clone)]
 pub struct ResolvedMethod {
-    pub kind: MethodKind,
-    pub train: TrainSettings,
-    /// ECI-PP's own settings (`params.eci` merged with the method's `eci`).
-    pub eci: Option<EciSettings>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MethodSpec {
-    /// Defaults to the method's name.
-    #[serde(default)]
-    pub kind: Option<MethodKind>,
-    /// Overrides of `params.train` for this method.
-    #[serde(default)]
-    pub train: Option<Value>,
-    /// Overrides of `params.eci` (ECI-PP methods only).
-    #[serde(default)]
-    pub eci: Option<Value>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub enum Trials {
-    Count(u64),
-    Seeds(Vec<u64>),
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ParamsSpec {
-    pub expert: ClassifierParams,
-    pub constraints: ConstraintSettings,
-    /// `PretrainSettings` plus `seed` (default 0) and `per_trial` (default false).
-    pub pretrain: Option<Value>,
-    pub train: Option<Value>,
-    /// ECI-PP settings (`EciSettings`).
-    pub eci: Option<Value>,
-    pub cluster: ClusterSettings,
-    pub table: TableSettings,
+    pub method: &'static dyn Method,
+    pub settings: Settings,
 }
 
 #[derive(Debug, Deserialize)]
@@ -266,6 +203,16 @@ pub struct PretrainSpec {
     pub per_trial: bool,
 }
 
+/// The stage sections every method shares, checked.
+#[derive(Clone, Debug)]
+pub struct StageParams {
+    pub expert: ClassifierParams,
+    pub constraints: ConstraintSettings,
+    pub pretrain: PretrainSpec,
+    pub cluster: ClusterSettings,
+    pub table: TableSettings,
+}
+
 /// A loaded, validated spec.
 pub struct Spec {
     /// As given on the command line (for messages).
@@ -273,8 +220,8 @@ pub struct Spec {
     pub dir: PathBuf,
     pub file: SpecFile,
     pub trials: Vec<u64>,
-    pub pretrain: PretrainSpec,
-    /// Resolved training settings per method.
+    pub params: StageParams,
+    /// Resolved methods by name.
     pub methods: BTreeMap<String, ResolvedMethod>,
     /// Target names in the order the spec declares them (tables print in this order).
     pub target_order: Vec<String>,
@@ -321,7 +268,9 @@ pub fn read_source(arg: &str) -> Result<SpecSource> {
         .hint("give a path such as `experiments/smoke.yaml`, or `smoke` for the embedded default"))
 }
 
-/// Find the first line mentioning `token` (as a word) for messages that serde cannot place.
+// ---- placing problems -------------------------------------------------------------------
+
+/// Find the first line mentioning `token` (as a word).
 fn locate(text: &str, token: &str) -> Option<usize> {
     if token.is_empty() {
         return None;
@@ -329,20 +278,187 @@ fn locate(text: &str, token: &str) -> Option<usize> {
     text.lines()
         .position(|l| {
             let code = l.split('#').next().unwrap_or("");
-            code.match_indices(token).any(|(i, _)| {
-                let before = code[..i].chars().last();
-                let after = code[i + token.len()..].chars().next();
-                let word = |c: Option<char>| {
-                    c.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '-' || c == '.')
-                };
-                !word(before) && !word(after)
-            })
+            has_word(code, token)
         })
         .map(|i| i + 1)
 }
 
-/// Turn a serde message into our message plus a "did you mean" hint.
+fn has_word(code: &str, token: &str) -> bool {
+    code.match_indices(token).any(|(i, _)| {
+        let before = code[..i].chars().last();
+        let after = code[i + token.len()..].chars().next();
+        let word = |c: Option<char>| {
+            c.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '-' || c == '.')
+        };
+        !word(before) && !word(after)
+    })
+}
+
+/// The 1-based line of the key at `path` (block mappings by indentation, and keys written in
+/// a flow mapping `{a: 1, b: 2}` on their parent's line). The deepest part of the path found
+/// wins, so a missing leaf still places the problem at its section.
+pub fn locate_path(text: &str, path: &[&str]) -> Option<usize> {
+    let mut stack: Vec<(usize, String)> = Vec::new();
+    let mut best: Option<(usize, usize)> = None; // (depth matched, line)
+    for (i, raw) in text.lines().enumerate() {
+        let code = raw.split(" #").next().unwrap_or(raw);
+        if code.trim().is_empty() || code.trim_start().starts_with('#') {
+            continue;
+        }
+        let indent = code.len() - code.trim_start().len();
+        let body = code.trim_start().trim_start_matches("- ");
+        let Some((key, rest)) = body.split_once(':') else {
+            continue;
+        };
+        let key = key
+            .trim()
+            .trim_matches(|c| c == '"' || c == '\'')
+            .to_string();
+        if key.contains(' ') || key.contains('{') {
+            continue;
+        }
+        while stack.last().is_some_and(|(ind, _)| *ind >= indent) {
+            stack.pop();
+        }
+        stack.push((indent, key));
+        let keys: Vec<&str> = stack.iter().map(|(_, k)| k.as_str()).collect();
+        let depth = keys.len();
+        if depth <= path.len() && keys == path[..depth] {
+            if best.is_none_or(|(d, _)| depth > d) {
+                best = Some((depth, i + 1));
+            }
+            // Deeper keys in a flow mapping on this line.
+            let mut d = depth;
+            let rest = rest.trim();
+            while d < path.len() && rest.contains('{') && has_word(rest, path[d]) {
+                d += 1;
+            }
+            if d > depth && best.is_none_or(|(bd, _)| d > bd) {
+                best = Some((d, i + 1));
+            }
+        }
+    }
+    best.map(|(_, l)| l)
+}
+
+/// Places problems at a line of the spec, or at the `--set` argument that gave the value.
+pub struct Locator<'a> {
+    display: &'a str,
+    text: &'a str,
+    /// Paths set by `--set` (with `params.` made explicit) and the argument as given.
+    overrides: Vec<(Vec<String>, String)>,
+}
+
+impl Locator<'_> {
+    /// `--set ARG` if the value at `path` came from one, else `file:line` (or `file`).
+    pub fn place(&self, path: &[&str]) -> String {
+        for (p, arg) in self.overrides.iter().rev() {
+            let n = p.len().min(path.len());
+            if p[..n].iter().zip(&path[..n]).all(|(a, b)| a == b) {
+                return format!("`--set {arg}`");
+            }
+        }
+        match locate_path(self.text, path) {
+            Some(l) => format!("{}:{l}", self.display),
+            None => match path.last().and_then(|t| locate(self.text, t)) {
+                Some(l) => format!("{}:{l}", self.display),
+                None => self.display.to_string(),
+            },
+        }
+    }
+}
+
+struct Problems<'a> {
+    at: Locator<'a>,
+    list: Vec<(String, String, Option<String>)>,
+}
+
+impl Problems<'_> {
+    fn add(&mut self, path: &[&str], message: impl Into<String>, hint: Option<String>) {
+        let place = self.at.place(path);
+        let entry = (place, message.into(), hint);
+        // Several methods reading one broken section find the same problem: report it once.
+        if !self.list.contains(&entry) {
+            self.list.push(entry);
+        }
+    }
+
+    /// A serde error of the value at `path` (a section deserialised on its own).
+    fn add_serde(&mut self, path: &[&str], e: &serde_yaml_ng::Error) {
+        let text = e.to_string();
+        let (m, h) = explain_serde(&text);
+        let token = text.split('`').nth(1).unwrap_or("");
+        let mut full: Vec<&str> = path.to_vec();
+        if text.contains("unknown field") && !token.is_empty() {
+            full.push(token);
+        }
+        let field = path.join(".");
+        self.add(&full, format!("`{field}`: {m}"), h);
+    }
+
+    /// The problems a settings type's `check` found, under section path `path`.
+    fn add_checks(&mut self, path: &[&str], problems: Vec<Problem>) {
+        for p in problems {
+            let field_path: Vec<String> = p
+                .field
+                .split('.')
+                .map(|s| s.split('[').next().unwrap_or(s).to_string())
+                .collect();
+            let mut full: Vec<&str> = path.to_vec();
+            full.extend(field_path.iter().map(|s| s.as_str()));
+            let name = format!("{}.{}", path.join("."), p.field);
+            self.add(&full, format!("`{name}` {}", p.message), None);
+        }
+    }
+
+    fn unknown(&mut self, path: &[&str], what: &str, name: &str, valid: &[&str]) {
+        let hint = match nearest(name, valid.iter().copied()) {
+            Some(n) => format!(
+                "did you mean `{n}`? (defined {what}s: {})",
+                valid.join(", ")
+            ),
+            None => format!(
+                "defined {what}s: {}",
+                if valid.is_empty() {
+                    "none".into()
+                } else {
+                    valid.join(", ")
+                }
+            ),
+        };
+        self.add(
+            path,
+            format!("unknown {what} `{name}` in `{}`", path.join(".")),
+            Some(hint),
+        );
+    }
+
+    fn into_result(self, display: &str) -> Result<()> {
+        if self.list.is_empty() {
+            return Ok(());
+        }
+        if self.list.len() == 1 {
+            let (place, msg, hint) = self.list.into_iter().next().expect("one");
+            let mut e = CliError::user(format!("{place}: {msg}"));
+            if let Some(h) = hint {
+                e = e.hint(h);
+            }
+            return Err(e);
+        }
+        let mut e = CliError::user(format!("{display} has {} problems", self.list.len()));
+        for (place, msg, hint) in self.list {
+            e = e.cause(match hint {
+                Some(h) => format!("{place}: {msg} ({h})"),
+                None => format!("{place}: {msg}"),
+            });
+        }
+        Err(e)
+    }
+}
+
+/// Turn a serde message into what the user wrote wrong and what is valid, plus a hint.
 fn explain_serde(msg: &str) -> (String, Option<String>) {
+    let clean = msg.split(" at line ").next().unwrap_or(msg).to_string();
     // "unknown field `x`, expected one of `a`, `b`" / "unknown variant `x`, expected `a` or `b`"
     for kind in ["unknown field", "unknown variant"] {
         if let Some(pos) = msg.find(kind) {
@@ -364,24 +480,71 @@ fn explain_serde(msg: &str) -> (String, Option<String>) {
                         )
                     })
                 });
-            let clean = msg.split(" at line ").next().unwrap_or(msg).to_string();
             return (clean, hint);
         }
     }
-    (
-        msg.split(" at line ").next().unwrap_or(msg).to_string(),
-        None,
-    )
+    // Integers too large for any field.
+    if let Some(pos) = clean.find(" as u128") {
+        let n = clean[..pos].rsplit('`').nth(1).unwrap_or("").to_string();
+        let prefix = clean.split("invalid type").next().unwrap_or("");
+        return (
+            format!("{prefix}the number {n} is far too large for this field"),
+            None,
+        );
+    }
+    // Internal type names are not what the user wrote.
+    let clean = clean
+        .replace("expected usize", "expected a whole number ≥ 0")
+        .replace("expected u64", "expected a whole number ≥ 0")
+        .replace("expected u8", "expected a small whole number")
+        .replace("expected f64", "expected a number")
+        .replace("expected a sequence", "expected a list [..]");
+    (clean, None)
 }
 
 fn serde_error(display: &str, text: &str, e: &serde_yaml_ng::Error) -> CliError {
     let msg = e.to_string();
     let (clean, hint) = explain_serde(&msg);
-    let line = e.location().map(|l| l.line()).or_else(|| {
+    let mut line = e.location().map(|l| l.line()).or_else(|| {
         let bad = msg.split('`').nth(1).unwrap_or("");
         locate(text, bad)
     });
-    let col = e.location().map(|l| l.column());
+    let mut col = e.location().map(|l| l.column());
+    let mut hint = hint;
+    // serde_yaml reports duplicate keys at the document start: find the second occurrence.
+    if let Some(key) = msg
+        .strip_prefix("duplicate entry with key \"")
+        .and_then(|r| r.split('"').next())
+    {
+        let hits: Vec<usize> = text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| {
+                let t = l.trim_start().trim_start_matches("- ");
+                t.starts_with(&format!("{key}:")) || t.starts_with(&format!("\"{key}\":"))
+            })
+            .map(|(i, _)| i + 1)
+            .collect();
+        if hits.len() >= 2 {
+            line = Some(hits[1]);
+            col = None;
+            hint = Some(format!(
+                "`{key}` is also defined at line {}; keep one",
+                hits[0]
+            ));
+        }
+    }
+    if msg.contains("cannot start any token") {
+        if let Some(l) = line {
+            if text
+                .lines()
+                .nth(l.saturating_sub(1))
+                .is_some_and(|s| s.contains('\t'))
+            {
+                hint = Some("YAML does not allow tabs: indent with spaces".into());
+            }
+        }
+    }
     let place = match (line, col) {
         (Some(l), Some(c)) => format!("{display}:{l}:{c}"),
         (Some(l), None) => format!("{display}:{l}"),
@@ -394,8 +557,16 @@ fn serde_error(display: &str, text: &str, e: &serde_yaml_ng::Error) -> CliError 
     err
 }
 
-/// Apply `--set key=value` overrides to the YAML tree.
-pub fn apply_overrides(root: &mut Value, overrides: &[String]) -> Result<()> {
+// ---- overrides ----------------------------------------------------------------------------
+
+/// Apply `--set key=value` overrides to the YAML tree; returns each overridden path (with
+/// `params.` explicit) and its argument, for placing problems.
+pub fn apply_overrides(
+    root: &mut Value,
+    overrides: &[String],
+) -> Result<Vec<(Vec<String>, String)>> {
+    let sections = sections();
+    let mut placed = Vec::new();
     for o in overrides {
         let (key, raw) = o.split_once('=').ok_or_else(|| {
             CliError::user(format!("`--set {o}` is not of the form key=value"))
@@ -406,7 +577,7 @@ pub fn apply_overrides(root: &mut Value, overrides: &[String]) -> Result<()> {
             return Err(CliError::user(format!("`--set {o}`: empty key")));
         }
         let with_params;
-        if STAGE_SECTIONS.contains(&path[0]) {
+        if sections.contains(&path[0]) {
             with_params = std::iter::once("params")
                 .chain(path.iter().copied())
                 .collect::<Vec<_>>();
@@ -415,17 +586,19 @@ pub fn apply_overrides(root: &mut Value, overrides: &[String]) -> Result<()> {
         let value: Value = serde_yaml_ng::from_str(raw).map_err(|e| {
             CliError::user(format!("`--set {o}`: value `{raw}` is not valid YAML: {e}"))
         })?;
-        set_path(root, &path, value, o)?;
+        let set = set_path(root, &path, value, o)?;
+        placed.push((set, o.clone()));
     }
-    Ok(())
+    Ok(placed)
 }
 
 /// Set `value` at `path`, creating sections as needed. A key may itself contain dots
 /// (`supervision.lv0.01.level`): at each level the longest run of segments naming an
-/// existing key wins.
-fn set_path(root: &mut Value, path: &[&str], value: Value, arg: &str) -> Result<()> {
+/// existing key wins. Returns the path as keys.
+fn set_path(root: &mut Value, path: &[&str], value: Value, arg: &str) -> Result<Vec<String>> {
     let mut node = root;
     let mut i = 0;
+    let mut keys = Vec::new();
     while i < path.len() {
         if node.is_null() {
             *node = Value::Mapping(Default::default());
@@ -444,127 +617,20 @@ fn set_path(root: &mut Value, path: &[&str], value: Value, arg: &str) -> Result<
                 break;
             }
         }
-        let key = Value::String(path[i..i + take].join("."));
+        let key_s = path[i..i + take].join(".");
+        keys.push(key_s.clone());
+        let key = Value::String(key_s);
         i += take;
         if i == path.len() {
             map.insert(key, value);
-            return Ok(());
+            return Ok(keys);
         }
         if !map.contains_key(&key) {
             map.insert(key.clone(), Value::Null);
         }
         node = map.get_mut(&key).expect("present");
     }
-    Ok(())
-}
-
-/// Load and validate a spec with overrides.
-pub fn load(arg: &str, overrides: &[String]) -> Result<Spec> {
-    let src = read_source(arg)?;
-    let display = src.display.clone();
-    let mut value: Value =
-        serde_yaml_ng::from_str(&src.text).map_err(|e| serde_error(&display, &src.text, &e))?;
-    let target_order: Vec<String> = value
-        .get("targets")
-        .and_then(|t| t.as_mapping())
-        .map(|m| {
-            m.keys()
-                .filter_map(|k| k.as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default();
-    // Pass 1: the file alone, so that errors point into it.
-    let file: SpecFile =
-        serde_yaml_ng::from_str(&src.text).map_err(|e| serde_error(&display, &src.text, &e))?;
-    // Pass 2: with the command-line overrides.
-    let file = if overrides.is_empty() {
-        file
-    } else {
-        apply_overrides(&mut value, overrides)?;
-        serde_yaml_ng::from_value(value).map_err(|e| {
-            let (clean, hint) = explain_serde(&e.to_string());
-            let mut err = CliError::user(format!(
-                "after `--set {}`: {clean}",
-                overrides.join(" --set ")
-            ));
-            if let Some(h) = hint {
-                err = err.hint(h);
-            }
-            err
-        })?
-    };
-    let mut spec = validate(src, file)?;
-    spec.target_order = target_order;
-    Ok(spec)
-}
-
-struct Problems<'a> {
-    display: &'a str,
-    text: &'a str,
-    list: Vec<(Option<usize>, String, Option<String>)>,
-}
-
-impl Problems<'_> {
-    /// A serde error of a section deserialised from a YAML value (no location of its own):
-    /// locate the offending name in the file instead.
-    fn add_serde(&mut self, section: &str, e: &serde_yaml_ng::Error) {
-        let text = e.to_string();
-        let (m, h) = explain_serde(&text);
-        let token = text.split('`').nth(1).unwrap_or(section).to_string();
-        self.add(&token, format!("`{section}`: {m}"), h);
-    }
-
-    fn add(&mut self, token: &str, message: String, hint: Option<String>) {
-        self.list.push((locate(self.text, token), message, hint));
-    }
-
-    fn unknown(&mut self, what: &str, field: &str, name: &str, valid: &[&str]) {
-        let hint = match nearest(name, valid.iter().copied()) {
-            Some(n) => format!(
-                "did you mean `{n}`? (defined {what}s: {})",
-                valid.join(", ")
-            ),
-            None => format!(
-                "defined {what}s: {}",
-                if valid.is_empty() {
-                    "none".into()
-                } else {
-                    valid.join(", ")
-                }
-            ),
-        };
-        self.add(
-            name,
-            format!("unknown {what} `{name}` in `{field}`"),
-            Some(hint),
-        );
-    }
-
-    fn into_result(self) -> Result<()> {
-        if self.list.is_empty() {
-            return Ok(());
-        }
-        let place = |line: Option<usize>| {
-            line.map(|l| format!("{}:{l}", self.display))
-                .unwrap_or_else(|| self.display.to_string())
-        };
-        if self.list.len() == 1 {
-            let (line, msg, hint) = self.list.into_iter().next().expect("one");
-            let mut e = CliError::user(format!("{}: {msg}", place(line)));
-            if let Some(h) = hint {
-                e = e.hint(h);
-            }
-            return Err(e);
-        }
-        let mut e = CliError::user(format!("{} has {} problems", self.display, self.list.len()));
-        for (line, msg, hint) in self.list {
-            e = e.cause(match hint {
-                Some(h) => format!("{}: {msg} ({h})", place(line)),
-                None => format!("{}: {msg}", place(line)),
-            });
-        }
-        Err(e)
-    }
+    Ok(keys)
 }
 
 fn merge(base: &mut Value, over: &Value) {
@@ -583,10 +649,175 @@ fn merge(base: &mut Value, over: &Value) {
     }
 }
 
-fn validate(src: SpecSource, file: SpecFile) -> Result<Spec> {
+// ---- resolving methods ----------------------------------------------------------------------
+
+/// What a method sees while it resolves its settings: each section is `params.<section>`
+/// merged with the method's own overrides, deserialised and checked; problems are placed at the
+/// method's override when it set the value, else at `params`.
+pub struct Resolver<'p, 'a> {
+    problems: &'p mut Problems<'a>,
+    params: &'p BTreeMap<String, Value>,
+    /// Sections whose `params` value was already found broken (reported once there).
+    broken: &'p BTreeSet<String>,
+    method: &'p str,
+    overrides: &'p BTreeMap<String, Value>,
+}
+
+impl Resolver<'_, '_> {
+    /// The method's settings of section `name`, checked; `None` after reporting problems.
+    pub fn section<T: DeserializeOwned + Check>(&mut self, name: &str) -> Option<T> {
+        let base = self
+            .params
+            .get(name)
+            .cloned()
+            .unwrap_or(Value::Mapping(Default::default()));
+        let base = if base.is_null() {
+            Value::Mapping(Default::default())
+        } else {
+            base
+        };
+        let mut merged = base;
+        let own = self.overrides.get(name);
+        if let Some(o) = own {
+            merge(&mut merged, o);
+        }
+        let path_own = ["methods", self.method, name];
+        let path_params = ["params", name];
+        match serde_yaml_ng::from_value::<T>(merged) {
+            Ok(v) => {
+                let problems = v.check();
+                if problems.is_empty() {
+                    return Some(v);
+                }
+                // Report each at the method's override if it set that field, else at params
+                // (reported there once, not once per method).
+                for p in problems {
+                    let top = p.field.split(['.', '[']).next().unwrap_or("").to_string();
+                    let by_method = own
+                        .and_then(|o| o.as_mapping())
+                        .is_some_and(|m| m.contains_key(top.as_str()));
+                    if by_method {
+                        self.problems.add_checks(&path_own, vec![p]);
+                    } else if !self.broken.contains(name) {
+                        self.problems.add_checks(&path_params, vec![p]);
+                    }
+                }
+                None
+            }
+            Err(e) => {
+                if own.is_some() {
+                    self.problems.add_serde(&path_own, &e);
+                } else if !self.broken.contains(name) {
+                    self.problems.add_serde(&path_params, &e);
+                }
+                None
+            }
+        }
+    }
+
+    /// Report a problem with the method's section `section` (a cross-field rule).
+    pub fn problem(&mut self, section: &str, p: Problem) {
+        let top = p.field.split(['.', '[']).next().unwrap_or("").to_string();
+        let by_method = self
+            .overrides
+            .get(section)
+            .and_then(|o| o.as_mapping())
+            .is_some_and(|m| m.contains_key(top.as_str()));
+        if by_method {
+            self.problems
+                .add_checks(&["methods", self.method, section], vec![p]);
+        } else {
+            self.problems.add_checks(&["params", section], vec![p]);
+        }
+    }
+}
+
+// ---- loading --------------------------------------------------------------------------------
+
+/// Load and validate a spec with overrides.
+pub fn load(arg: &str, overrides: &[String]) -> Result<Spec> {
+    let src = read_source(arg)?;
+    let display = src.display.clone();
+    let mut value: Value =
+        serde_yaml_ng::from_str(&src.text).map_err(|e| serde_error(&display, &src.text, &e))?;
+    if !value.is_mapping() {
+        return Err(CliError::user(format!(
+            "{display}:1: a spec is a mapping of `name`, `datasets`, `supervision`, `methods`, `trials`, `params` and `targets`; this file holds a {}",
+            match value {
+                Value::Sequence(_) => "list",
+                Value::Null => "nothing",
+                _ => "single value",
+            }
+        ))
+        .hint("start from experiments/smoke.yaml"));
+    }
+    let target_order: Vec<String> = value
+        .get("targets")
+        .and_then(|t| t.as_mapping())
+        .map(|m| {
+            m.keys()
+                .filter_map(|k| k.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    // Pass 1: the file alone, so that structural errors point into it.
+    let file: SpecFile =
+        serde_yaml_ng::from_str(&src.text).map_err(|e| serde_error(&display, &src.text, &e))?;
+    // Pass 2: with the command-line overrides (structural errors then name the `--set`).
+    let (file, placed) = if overrides.is_empty() {
+        (file, vec![])
+    } else {
+        let placed = apply_overrides(&mut value, overrides)?;
+        let file = serde_yaml_ng::from_value(value).map_err(|e| {
+            let (clean, hint) = explain_serde(&e.to_string());
+            let mut err =
+                CliError::user(format!("`--set {}`: {clean}", overrides.join("` `--set ")));
+            if let Some(h) = hint {
+                err = err.hint(h);
+            }
+            err
+        })?;
+        (file, placed)
+    };
+    let mut spec = validate(src, file, placed)?;
+    spec.target_order = target_order;
+    Ok(spec)
+}
+
+/// A section of `params` as a settings type, checked; problems reported at `params.<name>`.
+fn stage_section<T: DeserializeOwned + Check + Default>(
+    p: &mut Problems,
+    params: &BTreeMap<String, Value>,
+    name: &str,
+    broken: &mut BTreeSet<String>,
+) -> T {
+    let Some(v) = params.get(name).filter(|v| !v.is_null()) else {
+        return T::default();
+    };
+    match serde_yaml_ng::from_value::<T>(v.clone()) {
+        Ok(s) => {
+            let problems = s.check();
+            if !problems.is_empty() {
+                broken.insert(name.to_string());
+                p.add_checks(&["params", name], problems);
+            }
+            s
+        }
+        Err(e) => {
+            broken.insert(name.to_string());
+            p.add_serde(&["params", name], &e);
+            T::default()
+        }
+    }
+}
+
+fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>) -> Result<Spec> {
     let mut p = Problems {
-        display: &src.display,
-        text: &src.text,
+        at: Locator {
+            display: &src.display,
+            text: &src.text,
+            overrides: placed,
+        },
         list: vec![],
     };
     if file.name.is_empty()
@@ -596,7 +827,7 @@ fn validate(src: SpecSource, file: SpecFile) -> Result<Spec> {
             .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
     {
         p.add(
-            &file.name,
+            &["name"],
             format!(
                 "spec `name: {}` must be non-empty letters, digits, `-`, `_` or `.`",
                 file.name
@@ -606,6 +837,7 @@ fn validate(src: SpecSource, file: SpecFile) -> Result<Spec> {
     }
     // Datasets.
     for (name, d) in &file.datasets {
+        let at = |field: &'static str| ["datasets", name.as_str(), field];
         let roles: BTreeSet<&str> = d.files.keys().map(|s| s.as_str()).collect();
         let separate = matches!(d.format, DataFormat::Idx | DataFormat::Npy);
         let (single, split): (&[&str], &[&str]) = if separate {
@@ -617,7 +849,7 @@ fn validate(src: SpecSource, file: SpecFile) -> Result<Spec> {
             roles == single.iter().copied().collect() || roles == split.iter().copied().collect();
         if !ok {
             p.add(
-                "files",
+                &at("files"),
                 format!("dataset `{name}`: `files` has roles {:?}", roles),
                 Some(format!(
                     "a {:?} dataset needs {} or {}",
@@ -631,14 +863,14 @@ fn validate(src: SpecSource, file: SpecFile) -> Result<Spec> {
             if let Some(e) = path.strip_prefix("embedded:") {
                 if embedded(e).is_none() {
                     p.add(
-                        path,
+                        &["datasets", name, "files", role],
                         format!("dataset `{name}`: no embedded dataset `{e}`"),
                         Some("embedded datasets: mnist5k".into()),
                     );
                 }
             } else if !src.dir.join(path).exists() {
                 p.add(
-                    path,
+                    &["datasets", name, "files", role],
                     format!("dataset `{name}`: file `{path}` (role `{role}`) not found"),
                     Some(format!(
                         "paths are relative to the spec's folder `{}`",
@@ -650,7 +882,7 @@ fn validate(src: SpecSource, file: SpecFile) -> Result<Spec> {
         if let Some(s) = &d.split {
             if s.kind == SplitKind::Official && roles.contains(single[0]) {
                 p.add(
-                    "official",
+                    &at("split"),
                     format!(
                         "dataset `{name}`: `split: official` needs separate train and test files"
                     ),
@@ -660,7 +892,7 @@ fn validate(src: SpecSource, file: SpecFile) -> Result<Spec> {
             if s.kind == SplitKind::Stratified && !(s.test_fraction > 0.0 && s.test_fraction < 1.0)
             {
                 p.add(
-                    "test_fraction",
+                    &["datasets", name, "split", "test_fraction"],
                     format!(
                         "dataset `{name}`: `split.test_fraction` must be in (0, 1), got {}",
                         s.test_fraction
@@ -671,16 +903,26 @@ fn validate(src: SpecSource, file: SpecFile) -> Result<Spec> {
         }
         if d.embedding_dim == 0 {
             p.add(
-                "embedding_dim",
-                format!("dataset `{name}`: `embedding_dim` must be positive"),
+                &at("embedding_dim"),
+                format!("dataset `{name}`: `embedding_dim` must be at least 1"),
+                None,
+            );
+        }
+        if d.embedding_dim > MAX_EMBEDDING_DIM {
+            p.add(
+                &at("embedding_dim"),
+                format!(
+                    "dataset `{name}`: `embedding_dim: {}` is not an embedding to cluster (at most {MAX_EMBEDDING_DIM}; the paper uses 10, and 20 for CIFAR100-20)",
+                    d.embedding_dim
+                ),
                 None,
             );
         }
         if let Scaling::Multiply(f) = d.scaling {
             if !f.is_finite() {
                 p.add(
-                    "multiply",
-                    format!("dataset `{name}`: scaling factor must be finite"),
+                    &at("scaling"),
+                    format!("dataset `{name}`: the scaling factor must be finite"),
                     None,
                 );
             }
@@ -688,11 +930,12 @@ fn validate(src: SpecSource, file: SpecFile) -> Result<Spec> {
     }
     // Supervision.
     for (name, s) in &file.supervision {
+        let at = |field: &'static str| ["supervision", name.as_str(), field];
         match s {
             SupervisionSpec::Single { level } => {
                 if !(*level > 0.0 && *level <= 1.0) {
                     p.add(
-                        "level",
+                        &at("level"),
                         format!("supervision `{name}`: `level` must be in (0, 1], got {level}"),
                         None,
                     );
@@ -705,15 +948,22 @@ fn validate(src: SpecSource, file: SpecFile) -> Result<Spec> {
             } => {
                 if *experts == 0 {
                     p.add(
-                        "experts",
+                        &at("experts"),
                         format!("supervision `{name}`: `experts` must be at least 1"),
+                        None,
+                    );
+                }
+                if *experts > 10_000 {
+                    p.add(
+                        &at("experts"),
+                        format!("supervision `{name}`: {experts} experts is not a supervision setting (at most 10000)"),
                         None,
                     );
                 }
                 for (f, v) in [("familiar", familiar), ("unfamiliar", unfamiliar)] {
                     if !(*v > 0.0 && *v <= 1.0) {
                         p.add(
-                            f,
+                            &at(f),
                             format!("supervision `{name}`: `{f}` must be in (0, 1], got {v}"),
                             None,
                         );
@@ -723,44 +973,85 @@ fn validate(src: SpecSource, file: SpecFile) -> Result<Spec> {
             SupervisionSpec::File { path } => {
                 if !src.dir.join(path).exists() {
                     p.add(
-                        path,
+                        &at("path"),
                         format!("supervision `{name}`: constraints file `{path}` not found"),
-                        None,
+                        Some(format!(
+                            "paths are relative to the spec's folder `{}`",
+                            src.dir.display()
+                        )),
                     );
                 }
             }
         }
     }
-    // Trials.
+    // Trials: a count or a list of seeds.
     let trials: Vec<u64> = match &file.trials {
-        Trials::Count(n) => (1..=*n).collect(),
-        Trials::Seeds(s) => s.clone(),
+        Value::Number(n) if n.as_u64().is_some() => {
+            let n = n.as_u64().expect("checked");
+            if n as u128 > MAX_NODES {
+                p.add(
+                    &["trials"],
+                    format!("`trials: {n}` is far more trials than an experiment runs"),
+                    Some("`trials: 5` (seeds 1..5) or `trials: [1, 2, 3]`".into()),
+                );
+                vec![1]
+            } else {
+                (1..=n).collect()
+            }
+        }
+        Value::Sequence(s) if s.iter().all(|v| v.as_u64().is_some()) => {
+            s.iter().map(|v| v.as_u64().expect("checked")).collect()
+        }
+        other => {
+            let shown = serde_yaml_ng::to_string(other)
+                .unwrap_or_default()
+                .trim()
+                .to_string();
+            p.add(
+                &["trials"],
+                format!("`trials` must be a number of trials or a list of seeds (whole numbers ≥ 0), got `{shown}`"),
+                Some("`trials: 5` (seeds 1..5) or `trials: [1, 2, 3]`".into()),
+            );
+            vec![1]
+        }
     };
     if trials.is_empty() {
         p.add(
-            "trials",
-            "`trials` must name at least one trial".into(),
+            &["trials"],
+            "`trials` must name at least one trial",
             Some("`trials: 5` (seeds 1..5) or `trials: [1, 2, 3]`".into()),
         );
     }
     if trials.iter().collect::<BTreeSet<_>>().len() != trials.len() {
-        p.add("trials", "`trials` lists a seed twice".into(), None);
+        p.add(&["trials"], "`trials` lists a seed twice", None);
     }
-    // Stage parameters given as free YAML: pretrain and train (+ per-method overrides).
+    // Parameter sections: known names, then the stages' own, checked.
+    let known = sections();
+    for name in file.params.keys() {
+        if !known.contains(&name.as_str()) {
+            p.unknown(&["params", name], "parameter section", name, &known);
+        }
+    }
+    let mut broken = BTreeSet::new();
+    let expert: ClassifierParams = stage_section(&mut p, &file.params, "expert", &mut broken);
+    let constraints: ConstraintSettings =
+        stage_section(&mut p, &file.params, "constraints", &mut broken);
+    let cluster: ClusterSettings = stage_section(&mut p, &file.params, "cluster", &mut broken);
+    let table: TableSettings = stage_section(&mut p, &file.params, "table", &mut broken);
     let mut pretrain = PretrainSpec {
         settings: PretrainSettings::default(),
         seed: 0,
         per_trial: false,
     };
-    if let Some(v) = &file.params.pretrain {
+    if let Some(v) = file.params.get("pretrain").filter(|v| !v.is_null()) {
         let mut v = v.clone();
         if let Value::Mapping(m) = &mut v {
             if let Some(s) = m.remove("seed") {
                 match s.as_u64() {
                     Some(s) => pretrain.seed = s,
                     None => p.add(
-                        "seed",
-                        "`params.pretrain.seed` must be a non-negative integer".into(),
+                        &["params", "pretrain", "seed"],
+                        "`params.pretrain.seed` must be a whole number ≥ 0",
                         None,
                     ),
                 }
@@ -769,149 +1060,157 @@ fn validate(src: SpecSource, file: SpecFile) -> Result<Spec> {
                 match s.as_bool() {
                     Some(b) => pretrain.per_trial = b,
                     None => p.add(
-                        "per_trial",
-                        "`params.pretrain.per_trial` must be true or false".into(),
+                        &["params", "pretrain", "per_trial"],
+                        "`params.pretrain.per_trial` must be true or false",
                         None,
                     ),
                 }
             }
         }
         match serde_yaml_ng::from_value::<PretrainSettings>(v) {
-            Ok(s) => pretrain.settings = s,
-            Err(e) => p.add_serde("params.pretrain", &e),
+            Ok(s) => {
+                p.add_checks(&["params", "pretrain"], s.check());
+                pretrain.settings = s;
+            }
+            Err(e) => p.add_serde(&["params", "pretrain"], &e),
         }
     }
-    let base_train = file
-        .params
-        .train
-        .clone()
-        .unwrap_or(Value::Mapping(Default::default()));
-    let base_ok = match serde_yaml_ng::from_value::<TrainSettings>(base_train.clone()) {
-        Ok(_) => true,
-        Err(e) => {
-            p.add_serde("params.train", &e);
-            false
-        }
-    };
-    let base_eci = file
-        .params
-        .eci
-        .clone()
-        .unwrap_or(Value::Mapping(Default::default()));
-    let eci_ok = match serde_yaml_ng::from_value::<EciSettings>(base_eci.clone()) {
-        Ok(_) => true,
-        Err(e) => {
-            p.add_serde("params.eci", &e);
-            false
-        }
-    };
-    let mut methods = BTreeMap::new();
-    for (name, m) in &file.methods {
-        let kind = match m.kind.or_else(|| MethodKind::from_name(name)) {
-            Some(k) => k,
-            None => {
+    // Sections only methods read: structure checked here once, so that a broken base section
+    // is reported at `params` and not once per method.
+    for name in method::method_sections() {
+        if let Some(v) = file.params.get(name).filter(|v| !v.is_null()) {
+            if !v.is_mapping() {
+                broken.insert(name.to_string());
                 p.add(
-                    name,
-                    format!("method `{name}` is not a known method and sets no `kind`"),
-                    Some(format!(
-                        "{}known methods: {} (a method of another name needs `kind: probpair` or similar)",
-                        nearest(name, MethodKind::NAMES).map(|n| format!("did you mean `{n}`? ")).unwrap_or_default(),
-                        MethodKind::NAMES.join(", ")
-                    )),
+                    &["params", name],
+                    format!("`params.{name}` must be a mapping of settings"),
+                    None,
+                );
+            }
+        }
+    }
+    // Methods.
+    let kinds = method::kinds();
+    let mut methods = BTreeMap::new();
+    for (name, mv) in &file.methods {
+        let mapping = match mv {
+            Value::Null => Default::default(),
+            Value::Mapping(m) => m.clone(),
+            _ => {
+                p.add(
+                    &["methods", name],
+                    format!("method `{name}` must be a mapping (`{{}}` for the defaults)"),
+                    None,
                 );
                 continue;
             }
         };
-        let mut merged = base_train.clone();
-        if let Some(o) = &m.train {
-            merge(&mut merged, o);
-        }
-        let eci = if kind == MethodKind::EciPp {
-            let mut merged = base_eci.clone();
-            if let Some(o) = &m.eci {
-                merge(&mut merged, o);
-            }
-            match serde_yaml_ng::from_value::<EciSettings>(merged) {
-                Ok(s) => Some(s),
-                Err(_) if !eci_ok => None,
-                Err(e) => {
-                    p.add_serde(&format!("methods.{name}.eci"), &e);
-                    None
-                }
-            }
-        } else {
-            if m.eci.is_some() {
+        let kind_name = match mapping.get("kind") {
+            Some(Value::String(k)) => k.clone(),
+            Some(_) => {
                 p.add(
-                    name,
-                    format!(
-                        "method `{name}` ({}) sets `eci`, which only ECI-PP methods read",
-                        kind.name()
-                    ),
-                    Some("remove it, or set `kind: eci-pp`".into()),
+                    &["methods", name, "kind"],
+                    format!("method `{name}`: `kind` must be a method name"),
+                    Some(format!("methods: {}", kinds.join(", "))),
                 );
+                continue;
             }
-            None
+            None => name.clone(),
         };
-        match serde_yaml_ng::from_value::<TrainSettings>(merged) {
-            Ok(train) => {
-                if kind != MethodKind::EciPp || eci.is_some() {
-                    if let Some(e) = &eci {
-                        if e.warmup_epochs > train.epochs {
-                            p.add("warmup_epochs", format!("method `{name}`: `eci.warmup_epochs` ({}) exceeds `train.epochs` ({}), the total", e.warmup_epochs, train.epochs), None);
-                        }
-                        if e.folds < 2 {
-                            p.add(
-                                "folds",
-                                format!("method `{name}`: `eci.folds` must be at least 2"),
-                                None,
-                            );
-                        }
-                    }
-                    methods.insert(name.clone(), ResolvedMethod { kind, train, eci });
-                }
+        let Some(m) = method::lookup(&kind_name) else {
+            let explicit = mapping.contains_key("kind");
+            p.add(
+                &if explicit { vec!["methods", name.as_str(), "kind"] } else { vec!["methods", name.as_str()] },
+                if explicit {
+                    format!("method `{name}`: unknown kind `{kind_name}`")
+                } else {
+                    format!("method `{name}` is not a known method and sets no `kind`")
+                },
+                Some(format!(
+                    "{}known methods: {} (a method of another name needs `kind: probpair` or similar)",
+                    nearest(&kind_name, kinds.iter().copied()).map(|n| format!("did you mean `{n}`? ")).unwrap_or_default(),
+                    kinds.join(", ")
+                )),
+            );
+            continue;
+        };
+        let mut own = BTreeMap::new();
+        let mut ok = true;
+        for (k, v) in &mapping {
+            let Some(k) = k.as_str() else { continue };
+            if k == "kind" {
+                continue;
             }
-            // A problem of `params.train` itself is reported once, above.
-            Err(_) if !base_ok => {}
-            Err(e) => p.add_serde(&format!("methods.{name}.train"), &e),
+            if !m.sections().contains(&k) {
+                ok = false;
+                let readers: Vec<&str> = method::REGISTRY
+                    .iter()
+                    .filter(|r| r.sections().contains(&k))
+                    .map(|r| r.kind())
+                    .collect();
+                let others = if readers.is_empty() {
+                    nearest(k, m.sections().iter().copied())
+                        .map(|n| format!(" (did you mean `{n}`?)"))
+                        .unwrap_or_default()
+                } else {
+                    format!(
+                        "; `{k}` is read by {} (set `kind: {}`)",
+                        readers.join(", "),
+                        readers[0]
+                    )
+                };
+                p.add(
+                    &["methods", name, k],
+                    format!(
+                        "method `{name}` ({}) sets `{k}`, which it does not read",
+                        m.kind()
+                    ),
+                    Some(format!("it reads: {}{others}", m.sections().join(", "))),
+                );
+                continue;
+            }
+            own.insert(k.to_string(), v.clone());
         }
-    }
-    // Parameter ranges that a spec can get wrong.
-    let c = &file.params.constraints;
-    if !(0.0..=1.0).contains(&c.corruption) || !c.corruption.is_finite() {
-        p.add(
-            "corruption",
-            format!(
-                "`params.constraints.corruption` must be in [0, 1], got {}",
-                c.corruption
-            ),
-            None,
-        );
-    }
-    if c.budget == 0 {
-        p.add(
-            "budget",
-            "`params.constraints.budget` must be at least 1".into(),
-            None,
-        );
+        if !ok {
+            continue;
+        }
+        let mut cx = Resolver {
+            problems: &mut p,
+            params: &file.params,
+            broken: &broken,
+            method: name,
+            overrides: &own,
+        };
+        if let Some(settings) = m.resolve(&mut cx) {
+            methods.insert(
+                name.clone(),
+                ResolvedMethod {
+                    method: m,
+                    settings,
+                },
+            );
+        }
     }
     // Targets.
     if file.targets.is_empty() {
         p.add(
-            "targets",
-            "the spec declares no targets".into(),
+            &["targets"],
+            "the spec declares no targets",
             Some("add `targets: {main: {grid: {...}}}`".into()),
         );
     }
     let (ds, sv, me) = (
         names_of(&file.datasets),
         names_of(&file.supervision),
-        names_of(&file.methods),
+        file.methods.keys().map(|k| k.as_str()).collect::<Vec<_>>(),
     );
+    let mut node_estimate: u128 = 0;
     for (t, target) in &file.targets {
+        let at = |field: &'static str| ["targets", t.as_str(), "grid", field];
         let g = &target.grid;
         let experts = target.kind == TargetKind::Experts;
         if experts && !g.method.is_empty() {
-            p.add("method", format!("target `{t}` (kind: experts) is indexed by dataset and supervision only; remove `grid.method`"), None);
+            p.add(&at("method"), format!("target `{t}` (kind: experts) is indexed by dataset and supervision only; remove `grid.method`"), None);
         }
         for (axis, values, valid, what) in [
             ("dataset", &g.dataset, &ds, "dataset"),
@@ -922,11 +1221,15 @@ fn validate(src: SpecSource, file: SpecFile) -> Result<Spec> {
                 continue;
             }
             if values.is_empty() {
-                p.add(axis, format!("target `{t}`: `grid.{axis}` is empty"), None);
+                p.add(
+                    &at(axis),
+                    format!("target `{t}`: `grid.{axis}` is empty"),
+                    None,
+                );
             }
             for v in values {
                 if !valid.contains(&v.as_str()) {
-                    p.unknown(what, &format!("targets.{t}.grid.{axis}"), v, valid);
+                    p.unknown(&at(axis), what, v, valid);
                 }
             }
         }
@@ -934,7 +1237,7 @@ fn validate(src: SpecSource, file: SpecFile) -> Result<Spec> {
             for c in cs {
                 if !(0.0..=1.0).contains(c) {
                     p.add(
-                        "corruption",
+                        &at("corruption"),
                         format!("target `{t}`: corruption {c} is outside [0, 1]"),
                         None,
                     );
@@ -944,30 +1247,42 @@ fn validate(src: SpecSource, file: SpecFile) -> Result<Spec> {
         if let Some(bs) = &g.budget {
             if bs.contains(&0) {
                 p.add(
-                    "budget",
+                    &at("budget"),
                     format!("target `{t}`: a budget of 0 constraints"),
                     None,
                 );
             }
         }
-        if target.kind == TargetKind::Figure {
-            for m in &g.method {
-                if let Some(r) = methods.get(m) {
-                    if r.kind != MethodKind::EciPp {
-                        p.add(m, format!("target `{t}` (kind: figure) draws ECI-PP's diagnostics; method `{m}` ({}) records none", r.kind.name()), None);
-                    }
-                }
+        for m in &g.method {
+            let Some(r) = methods.get(m) else { continue };
+            if target.kind == TargetKind::Figure && !r.method.records_diagnostics() {
+                p.add(&at("method"), format!("target `{t}` (kind: figure) draws ECI-PP's held-out diagnostics; method `{m}` ({}) records none", r.method.kind()), None);
+            }
+            if g.pretrain.contains(&true) && !r.method.pretrainable() {
+                p.add(&at("pretrain"), format!("target `{t}`: method `{m}` ({}) has no pretraining; use `pretrain: [false]` for it (or a separate target)", r.method.kind()), None);
             }
         }
         for sup in &g.supervision {
-            if experts
-                && matches!(
-                    file.supervision.get(sup),
-                    Some(SupervisionSpec::File { .. })
-                )
-            {
-                p.add(sup, format!("target `{t}` (kind: experts): supervision `{sup}` comes from a file and has no experts"), None);
+            let from_file = matches!(
+                file.supervision.get(sup),
+                Some(SupervisionSpec::File { .. })
+            );
+            if experts && from_file {
+                p.add(&at("supervision"), format!("target `{t}` (kind: experts): supervision `{sup}` comes from a file and has no experts"), None);
             }
+            if target.kind == TargetKind::Figure && from_file {
+                p.add(&at("supervision"), format!("target `{t}` (kind: figure): supervision `{sup}` comes from a file, which has no held-out diagnostic set (it needs the experts' judgments and the oracle labels)"), Some("draw the figure for an expert supervision setting".into()));
+            }
+            if from_file && (g.corruption.is_some() || g.budget.is_some()) {
+                p.add(&at("supervision"), format!("target `{t}`: supervision `{sup}` comes from a file, so it cannot vary `corruption` or `budget`"), None);
+            }
+        }
+        if target.kind == TargetKind::Figure && constraints.diagnostic_pairs == 0 {
+            p.add(
+                &["params", "constraints", "diagnostic_pairs"],
+                format!("`params.constraints.diagnostic_pairs` is 0, but target `{t}` (kind: figure) draws the held-out diagnostics of those pairs"),
+                Some("use at least 1 (the paper: 1000)".into()),
+            );
         }
         let axes = axes_of(target);
         for col in &target.columns() {
@@ -975,7 +1290,7 @@ fn validate(src: SpecSource, file: SpecFile) -> Result<Spec> {
                 let hint = nearest(col, axes.iter().copied())
                     .map(|n| format!("did you mean `{n}`? (axes: {})", axes.join(", ")));
                 p.add(
-                    col,
+                    &["targets", t, "columns"],
                     format!("target `{t}`: column `{col}` is not an axis of its grid"),
                     hint.or_else(|| Some(format!("axes: {}", axes.join(", ")))),
                 );
@@ -984,34 +1299,49 @@ fn validate(src: SpecSource, file: SpecFile) -> Result<Spec> {
         for s in &target.splits {
             if s != "train" && s != "test" {
                 p.add(
-                    s,
+                    &["targets", t, "splits"],
                     format!("target `{t}`: split `{s}` must be `train` or `test`"),
                     None,
                 );
             }
         }
-        for (ax, vals) in [("pretrain", g.pretrain.len())] {
-            if vals == 0 {
-                p.add(ax, format!("target `{t}`: `grid.{ax}` is empty"), None);
-            }
+        if g.pretrain.is_empty() {
+            p.add(
+                &at("pretrain"),
+                format!("target `{t}`: `grid.pretrain` is empty"),
+                None,
+            );
         }
-        for sup in &g.supervision {
-            if matches!(
-                file.supervision.get(sup),
-                Some(SupervisionSpec::File { .. })
-            ) && (g.corruption.is_some() || g.budget.is_some())
-            {
-                p.add(sup, format!("target `{t}`: supervision `{sup}` comes from a file, so it cannot vary `corruption` or `budget`"), None);
-            }
-        }
+        let cells = (g.dataset.len() as u128)
+            .saturating_mul(g.supervision.len().max(1) as u128)
+            .saturating_mul(g.method.len().max(1) as u128)
+            .saturating_mul(g.pretrain.len().max(1) as u128)
+            .saturating_mul(g.corruption.as_ref().map_or(1, |c| c.len()).max(1) as u128)
+            .saturating_mul(g.budget.as_ref().map_or(1, |b| b.len()).max(1) as u128);
+        node_estimate =
+            node_estimate.saturating_add(cells.saturating_mul(trials.len() as u128 * 6));
     }
-    p.into_result()?;
+    if node_estimate > MAX_NODES {
+        p.add(
+            &["trials"],
+            format!("the targets would make about {node_estimate} nodes (cells × trials), more than any experiment; lower `trials` or the grids"),
+            None,
+        );
+    }
+    let display = src.display.clone();
+    p.into_result(&display)?;
     Ok(Spec {
         display: src.display,
         dir: src.dir,
         file,
         trials,
-        pretrain,
+        params: StageParams {
+            expert,
+            constraints,
+            pretrain,
+            cluster,
+            table,
+        },
         methods,
         target_order: vec![],
     })
@@ -1057,6 +1387,12 @@ mod tests {
         assert_eq!(h.as_deref(), Some("did you mean `corruption`?"));
         let (_, h) = explain_serde("unknown field `qqq`, expected `aa` or `bb`");
         assert_eq!(h.as_deref(), Some("valid: `aa`, `bb`"));
+        let (m, _) = explain_serde(
+            "params.train.epochs: invalid type: integer `99999999999999999999999` as u128, expected any YAML value",
+        );
+        assert!(m.contains("far too large") && !m.contains("u128"), "{m}");
+        let (m, _) = explain_serde("invalid type: string \"two\", expected usize");
+        assert!(m.ends_with("expected a whole number ≥ 0"), "{m}");
     }
 
     #[test]
@@ -1067,22 +1403,60 @@ mod tests {
     }
 
     #[test]
+    fn locate_path_follows_indentation_and_flow_mappings() {
+        let text = "\
+name: x
+params:
+  train:
+    epochs: 3
+    lr: 0.1
+  constraints: {budget: 300, corruption: 0.3}
+methods:
+  eci-pp: {train: {epochs: 8}, eci: {warmup_epochs: 2}}
+  probpair:
+    train:
+      epochs: 4
+";
+        assert_eq!(locate_path(text, &["params", "train", "lr"]), Some(5));
+        assert_eq!(locate_path(text, &["params", "train", "epochs"]), Some(4));
+        assert_eq!(
+            locate_path(text, &["params", "constraints", "corruption"]),
+            Some(6)
+        );
+        assert_eq!(
+            locate_path(text, &["methods", "eci-pp", "eci", "warmup_epochs"]),
+            Some(8)
+        );
+        assert_eq!(
+            locate_path(text, &["methods", "probpair", "train", "epochs"]),
+            Some(11)
+        );
+        // A missing leaf places the problem at the deepest key present.
+        assert_eq!(
+            locate_path(text, &["params", "train", "batch_size"]),
+            Some(3)
+        );
+    }
+
+    #[test]
     fn overrides_create_and_replace_nested_keys() {
         let mut v: Value =
             serde_yaml_ng::from_str("params:\n  constraints:\n    corruption: 0.3\n").unwrap();
-        apply_overrides(
+        let placed = apply_overrides(
             &mut v,
             &["constraints.corruption=0.5".into(), "train.epochs=3".into()],
         )
         .unwrap();
         assert_eq!(v["params"]["constraints"]["corruption"].as_f64(), Some(0.5));
         assert_eq!(v["params"]["train"]["epochs"].as_u64(), Some(3));
+        assert_eq!(placed[0].0, ["params", "constraints", "corruption"]);
         assert!(apply_overrides(&mut v, &["nonsense".into()]).is_err());
         let mut w: Value =
             serde_yaml_ng::from_str("supervision:\n  lv0.01: {kind: single, level: 0.01}\n")
                 .unwrap();
-        apply_overrides(&mut w, &["supervision.lv0.01.level=0.1".into()]).unwrap();
+        let placed = apply_overrides(&mut w, &["supervision.lv0.01.level=0.1".into()]).unwrap();
         assert_eq!(w["supervision"]["lv0.01"]["level"].as_f64(), Some(0.1));
+        assert_eq!(placed[0].0, ["supervision", "lv0.01", "level"]);
     }
 
     #[test]
@@ -1090,5 +1464,6 @@ mod tests {
         let s = load("smoke", &[]).unwrap();
         assert_eq!(s.file.name, "smoke");
         assert!(!s.trials.is_empty());
+        assert_eq!(s.target_order, ["main", "eci", "experts", "diagnostics"]);
     }
 }

@@ -5,7 +5,7 @@ use crate::util::*;
 
 /// Populate the store with a good run, then run `args` against `spec_text` and check the
 /// message, the exit code and that the store is unchanged.
-fn rejects(
+pub fn rejects(
     spec_text: Option<&str>,
     extra_files: &[(&str, &[u8])],
     args: &[&str],
@@ -37,7 +37,7 @@ fn rejects(
     assert_eq!(tmp, 0, "temporary files left behind");
 }
 
-fn tiny_with(from: &str, to: &str) -> String {
+pub fn tiny_with(from: &str, to: &str) -> String {
     assert!(TINY_SPEC.contains(from), "fixture lacks `{from}`");
     TINY_SPEC.replacen(from, to, 1)
 }

@@ -12,5 +12,6 @@ mod eci;
 mod gc;
 mod interop;
 mod numerics;
+mod params;
 mod specs;
 mod util;

@@ -46,6 +46,16 @@ impl Default for ClusterSettings {
     }
 }
 
+impl crate::check::Check for ClusterSettings {
+    fn check(&self) -> Vec<crate::check::Problem> {
+        let mut c = crate::check::Checker::new();
+        c.at_least("n_init", self.n_init, 1);
+        c.at_least("max_iter", self.max_iter, 1);
+        c.non_negative("tol", self.tol);
+        c.done()
+    }
+}
+
 /// Parameters of one clustering node.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct ClusterParams {
@@ -208,11 +218,7 @@ pub fn kmeans(x: &[f32], dim: usize, k: usize, params: &ClusterParams) -> Result
         )));
     }
     let s = &params.settings;
-    if s.n_init == 0 || s.max_iter == 0 {
-        return Err(StageError::input(
-            "`cluster.n_init` and `cluster.max_iter` must be positive",
-        ));
-    }
+    crate::check::require("cluster", crate::check::Check::check(s))?;
     let xf: Vec<f64> = x.iter().map(|&v| v as f64).collect();
     if xf.iter().any(|v| !v.is_finite()) {
         return Err(StageError::failed(

@@ -39,6 +39,15 @@ impl Default for ConstraintSettings {
     }
 }
 
+impl crate::check::Check for ConstraintSettings {
+    fn check(&self) -> Vec<crate::check::Problem> {
+        let mut c = crate::check::Checker::new();
+        c.at_least("budget", self.budget, 1);
+        c.in_range("corruption", self.corruption, 0.0, 1.0, true);
+        c.done()
+    }
+}
+
 /// Parameters of one constraints node.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ConstraintParams {

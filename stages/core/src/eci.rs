@@ -620,7 +620,7 @@ pub fn run<D: Device<f32>>(
     pretrained: Option<&[u8]>,
     monitor: &mut dyn Monitor,
 ) -> Result<EciTrained> {
-    crate::train::validate(tp)?;
+    crate::train::validate(tp, features.dim, s.folds + 1)?;
     validate(s, tp)?;
     cons.validate(features, false, "constraints artifact")?;
     let m = cons.len();
@@ -934,40 +934,46 @@ impl Diagnostics {
     }
 }
 
+impl crate::check::Check for EciSettings {
+    fn check(&self) -> Vec<crate::check::Problem> {
+        let mut c = crate::check::Checker::new();
+        c.at_least("folds", self.folds, 2);
+        c.sizes("corrector_hidden", &self.corrector_hidden, true);
+        c.non_negative("corrector_lambda", self.corrector_lambda);
+        c.positive("corrector_huber", self.corrector_huber);
+        c.at_least("corrector_epochs", self.corrector_epochs, 1);
+        c.at_least("corrector_patience", self.corrector_patience, 1);
+        c.in_range(
+            "corrector_validation",
+            self.corrector_validation,
+            0.0,
+            0.5,
+            false,
+        );
+        c.positive("corrector_lr", self.corrector_lr);
+        c.at_least("corrector_batch_size", self.corrector_batch_size, 1);
+        c.positive("gamma", self.gamma);
+        c.non_negative("n0", self.n0);
+        c.positive("xi", self.xi);
+        c.non_negative("perturb_std", self.perturb_std);
+        c.done()
+    }
+}
+
+/// The checks of the settings plus what involves the training settings: the warm-up is part
+/// of the total number of epochs.
 pub fn validate(s: &EciSettings, tp: &TrainParams) -> Result<()> {
-    if s.folds < 2 {
-        return Err(StageError::input(format!(
-            "`eci.folds` must be at least 2, got {}",
-            s.folds
-        )));
-    }
+    let mut problems = crate::check::Check::check(s);
     if s.warmup_epochs > tp.settings.epochs {
-        return Err(StageError::input(format!(
-            "`eci.warmup_epochs` ({}) exceeds `train.epochs` ({}), the total number of epochs",
-            s.warmup_epochs, tp.settings.epochs
-        )));
+        problems.push(crate::check::Problem::new(
+            "warmup_epochs",
+            format!(
+                "({}) exceeds `train.epochs` ({}), the total number of epochs",
+                s.warmup_epochs, tp.settings.epochs
+            ),
+        ));
     }
-    for (name, v) in [
-        ("gamma", s.gamma),
-        ("n0", s.n0),
-        ("xi", s.xi),
-        ("corrector_lambda", s.corrector_lambda),
-        ("corrector_huber", s.corrector_huber),
-    ] {
-        let allowed = (v > 0.0 && v.is_finite()) || (name == "corrector_lambda" && v == 0.0);
-        if !allowed {
-            return Err(StageError::input(format!(
-                "`eci.{name}` must be positive, got {v}"
-            )));
-        }
-    }
-    if !(0.0..0.5).contains(&s.corrector_validation) {
-        return Err(StageError::input(format!(
-            "`eci.corrector_validation` must be in [0, 0.5), got {}",
-            s.corrector_validation
-        )));
-    }
-    Ok(())
+    crate::check::require("eci", problems)
 }
 
 #[cfg(test)]

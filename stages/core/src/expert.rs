@@ -57,6 +57,26 @@ impl Default for ClassifierParams {
     }
 }
 
+impl crate::check::Check for ClassifierParams {
+    fn check(&self) -> Vec<crate::check::Problem> {
+        let mut c = crate::check::Checker::new();
+        c.sizes("hidden", &self.hidden, true);
+        c.in_range("dropout", self.dropout, 0.0, 1.0, false);
+        c.positive("lr", self.lr);
+        c.at_least("batch_size", self.batch_size, 1);
+        c.at_least("max_epochs", self.max_epochs, 1);
+        c.at_least("patience", self.patience, 1);
+        if let Some(p) = crate::check::fits_in_memory(
+            "hidden",
+            "an expert of these sizes",
+            crate::check::mlp_training_bytes(&[&[1usize][..], &self.hidden, &[1]].concat()),
+        ) {
+            c.problems.push(p);
+        }
+        c.done()
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExpertParams {
@@ -304,17 +324,7 @@ fn train_one<D: Device<f32>>(
     monitor: &mut dyn Monitor,
 ) -> Result<(Vec<f32>, ExpertSummary)> {
     let cp = &params.classifier;
-    if cp.batch_size == 0 || cp.max_epochs == 0 {
-        return Err(StageError::input(
-            "`expert.batch_size` and `expert.max_epochs` must be positive",
-        ));
-    }
-    if !(0.0..1.0).contains(&cp.dropout) {
-        return Err(StageError::input(format!(
-            "`expert.dropout` must be in [0, 1), got {}",
-            cp.dropout
-        )));
-    }
+    crate::check::require("expert", crate::check::Check::check(cp))?;
     let label = format!("{e}");
     let mut rng = Stream::new(params.seed, &["expert", "init", &label]);
     let mut p = P::new(dev);

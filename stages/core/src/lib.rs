@@ -5,6 +5,7 @@
 //! and parameter struct. Stages never touch the store or the executor; `table` is the
 //! Parquet codec they share. The `report` crate renders tables of results.
 
+pub mod check;
 pub mod cluster;
 pub mod constraints;
 pub mod eci;
@@ -17,4 +18,5 @@ pub mod pretrain;
 pub mod table;
 pub mod train;
 
+pub use check::{Check, Problem};
 pub use error::{Monitor, Silent, StageError};

@@ -41,6 +41,29 @@ pub struct PretrainSettings {
     pub normalize_code: bool,
 }
 
+impl crate::check::Check for PretrainSettings {
+    fn check(&self) -> Vec<crate::check::Problem> {
+        let mut c = crate::check::Checker::new();
+        c.sizes("hidden", &self.hidden, true);
+        // A lower bound (one input and one embedding unit): sizes that cannot fit anywhere.
+        if let Some(p) = crate::check::fits_in_memory(
+            "hidden",
+            "an autoencoder of these sizes",
+            crate::check::autoencoder_training_bytes(1, &self.hidden, 1),
+        ) {
+            c.problems.push(p);
+        }
+        c.positive("lr", self.lr);
+        c.in_range("momentum", self.momentum, 0.0, 1.0, false);
+        c.positive("lr_decay", self.lr_decay);
+        c.at_least("batch_size", self.batch_size, 1);
+        c.in_range("corruption", self.corruption, 0.0, 1.0, false);
+        c.in_range("dropout", self.dropout, 0.0, 1.0, false);
+        c.positive("init_range", self.init_range);
+        c.done()
+    }
+}
+
 /// Parameters of one pretraining node.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PretrainParams {
@@ -159,25 +182,16 @@ pub struct Pretrained {
     pub test_mse_after: f64,
 }
 
-pub fn validate(params: &PretrainParams) -> Result<()> {
+pub fn validate(params: &PretrainParams, input_dim: usize) -> Result<()> {
     let p = &params.settings;
-    if p.batch_size == 0 || params.embedding_dim == 0 || p.hidden.contains(&0) {
-        return Err(StageError::input(
-            "`pretrain`: batch_size, embedding_dim and hidden sizes must be positive",
-        ));
+    crate::check::require("pretrain", crate::check::Check::check(p))?;
+    if params.embedding_dim == 0 {
+        return Err(StageError::input("`embedding_dim` must be at least 1"));
     }
-    for (name, v) in [("corruption", p.corruption), ("dropout", p.dropout)] {
-        if !(0.0..1.0).contains(&v) {
-            return Err(StageError::input(format!(
-                "`pretrain.{name}` must be in [0, 1), got {v}"
-            )));
-        }
-    }
-    if !(p.lr > 0.0 && p.lr.is_finite()) {
-        return Err(StageError::input(format!(
-            "`pretrain.lr` must be positive, got {}",
-            p.lr
-        )));
+    let bytes =
+        crate::check::autoencoder_training_bytes(input_dim, &p.hidden, params.embedding_dim);
+    if let Some(problem) = crate::check::fits_in_memory("hidden", "this autoencoder", bytes) {
+        return crate::check::require("pretrain", vec![problem]);
     }
     Ok(())
 }
@@ -188,7 +202,7 @@ pub fn run<D: Device<f32>>(
     features: &Features,
     monitor: &mut dyn Monitor,
 ) -> Result<Pretrained> {
-    validate(node)?;
+    validate(node, features.dim)?;
     let params = &node.settings;
     let seed = node.seed;
     let train = features.train_indices();

@@ -65,6 +65,55 @@ pub struct TrainSettings {
     pub readout_init: ReadoutInit,
 }
 
+impl crate::check::Check for TrainSettings {
+    fn check(&self) -> Vec<crate::check::Problem> {
+        let mut c = crate::check::Checker::new();
+        c.sizes("hidden", &self.hidden, true);
+        // A lower bound (one input and one embedding unit): sizes that cannot fit anywhere.
+        if let Some(p) = crate::check::fits_in_memory(
+            "hidden",
+            "an autoencoder of these sizes",
+            crate::check::autoencoder_training_bytes(1, &self.hidden, 1),
+        ) {
+            c.problems.push(p);
+        }
+        c.at_least("epochs", self.epochs, 1);
+        c.positive("lr", self.lr);
+        c.positive("readout_lr", self.readout_lr);
+        c.at_least("batch_size", self.batch_size, 1);
+        c.non_negative("lambda_rec", self.lambda_rec);
+        if let Some(g) = self.grad_clip {
+            if !(g.is_finite() && g > 0.0) {
+                c.push(
+                    "grad_clip",
+                    format!("must be a finite number > 0 (or null for no clipping), got {g}"),
+                );
+            }
+        }
+        match self.readout_init {
+            ReadoutInit::Value => {
+                if !(self.readout_m0.is_finite() && self.readout_m0 > -1.0 && self.readout_m0 < 1.0)
+                {
+                    c.push(
+                        "readout_m0",
+                        format!("must be in (−1, 1) (m = tanh(m̃)), got {}", self.readout_m0),
+                    );
+                }
+                c.positive("readout_t0", self.readout_t0);
+            }
+            ReadoutInit::Raw => {
+                if !self.readout_m0.is_finite() {
+                    c.push("readout_m0", "must be finite");
+                }
+                if !self.readout_t0.is_finite() {
+                    c.push("readout_t0", "must be finite");
+                }
+            }
+        }
+        c.done()
+    }
+}
+
 /// Parameters of one training node.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TrainParams {
@@ -393,23 +442,18 @@ impl<D: Device<f32>> Trainer<D> {
     }
 }
 
-pub fn validate(tp: &TrainParams) -> Result<()> {
+/// The checks of the settings, then the memory the models of `copies` autoencoders on inputs
+/// of `input_dim` features need (ECI-PP trains K + 1 of them).
+pub fn validate(tp: &TrainParams, input_dim: usize, copies: usize) -> Result<()> {
     let p = &tp.settings;
-    if p.batch_size == 0 || tp.embedding_dim == 0 || p.hidden.contains(&0) {
-        return Err(StageError::input(
-            "`train`: batch_size, embedding_dim and hidden sizes must be positive",
-        ));
+    crate::check::require("train", crate::check::Check::check(p))?;
+    if tp.embedding_dim == 0 {
+        return Err(StageError::input("`embedding_dim` must be at least 1"));
     }
-    if !(p.lambda_rec >= 0.0 && p.lambda_rec.is_finite()) {
-        return Err(StageError::input(format!(
-            "`train.lambda_rec` must be ≥ 0, got {}",
-            p.lambda_rec
-        )));
-    }
-    if !(p.lr > 0.0 && p.readout_lr > 0.0) {
-        return Err(StageError::input(
-            "`train.lr` and `train.readout_lr` must be positive",
-        ));
+    let bytes = crate::check::autoencoder_training_bytes(input_dim, &p.hidden, tp.embedding_dim)
+        .saturating_mul(copies as u128);
+    if let Some(problem) = crate::check::fits_in_memory("hidden", "these networks", bytes) {
+        return crate::check::require("train", vec![problem]);
     }
     Ok(())
 }
@@ -432,7 +476,7 @@ pub fn run<D: Device<f32>>(
     pretrained: Option<&[u8]>,
     monitor: &mut dyn Monitor,
 ) -> Result<Trained> {
-    validate(p)?;
+    validate(p, features.dim, 1)?;
     constraints.validate(features, false, "constraints artifact")?;
     if constraints.is_empty() {
         return Err(StageError::input("no constraints to train on"));

@@ -65,6 +65,28 @@ impl Default for TableSettings {
     }
 }
 
+impl upcc_stages::Check for TableSettings {
+    fn check(&self) -> Vec<upcc_stages::Problem> {
+        let mut c = upcc_stages::check::Checker::new();
+        if self.decimals > 6 {
+            c.push(
+                "decimals",
+                format!("must be at most 6, got {}", self.decimals),
+            );
+        }
+        if self.std_ddof > 1 {
+            c.push(
+                "std_ddof",
+                format!(
+                    "must be 0 (population) or 1 (sample), got {}",
+                    self.std_ddof
+                ),
+            );
+        }
+        c.done()
+    }
+}
+
 /// Layout of one table target.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TableLayout {
@@ -332,7 +354,14 @@ pub fn render(
             .collect()
     };
     let d = layout.settings.decimals;
-    let fmt = |a: &Agg| format!("{:.d$}±{:.d$}", a.mean, a.std);
+    // A spread over one trial says nothing: show the mean alone.
+    let fmt = |a: &Agg| {
+        if a.n <= 1 {
+            format!("{:.d$}", a.mean)
+        } else {
+            format!("{:.d$}±{:.d$}", a.mean, a.std)
+        }
+    };
     let col_name = |c: &[String]| -> String {
         col_axes
             .iter()
@@ -386,8 +415,17 @@ pub fn render(
     match &layout.caption {
         Some(c) => md.push_str(&format!("{c}; — = no result yet.\n\n")),
         None => md.push_str(&format!(
-            "Mean ± std over trials ({}), cells show {}; {nmi_note}; **best** per row; — = no result yet.\n\n",
-            if layout.settings.percent { "%" } else { "fraction" },
+            "{} ({}), cells show {}; {nmi_note}; **best** per row; — = no result yet.\n\n",
+            if expected_trials == 1 {
+                "One trial"
+            } else {
+                "Mean ± std over trials"
+            },
+            if layout.settings.percent {
+                "%"
+            } else {
+                "fraction"
+            },
             layout.splits.join(" / ")
         )),
     }
@@ -463,7 +501,12 @@ pub fn render(
     }
     if cells_complete < cells_total {
         md.push_str(&format!(
-            "\n{cells_complete} of {cells_total} cells complete ({expected_trials} trials each).\n"
+            "\n{cells_complete} of {cells_total} cells complete ({expected_trials} {} each).\n",
+            if expected_trials == 1 {
+                "trial"
+            } else {
+                "trials"
+            }
         ));
     }
 
@@ -603,6 +646,19 @@ mod tests {
     }
 
     #[test]
+    fn a_one_trial_table_shows_no_spread() {
+        let results = vec![result("a", "1", 0.5), result("b", "1", 0.4)];
+        let r = render(&layout(), &results, 1).unwrap();
+        assert!(!r.markdown.contains('±'), "{}", r.markdown);
+        assert!(r.markdown.contains("One trial (%)"), "{}", r.markdown);
+        assert!(
+            r.markdown.contains("2 of 3 cells complete (1 trial each)"),
+            "{}",
+            r.markdown
+        );
+    }
+
+    #[test]
     fn mean_std_and_missing_cells() {
         let results = vec![
             result("a", "1", 0.5),
@@ -610,9 +666,10 @@ mod tests {
             result("b", "1", 0.4),
         ];
         let r = render(&layout(), &results, 2).unwrap();
-        // a: mean 60.0, population std 10.0; b: one trial; c: missing.
+        // a: mean 60.0, population std 10.0; b: one trial (no spread to show); c: missing.
         assert!(r.markdown.contains("**60.0±10.0**"), "{}", r.markdown);
-        assert!(r.markdown.contains("40.0±0.0"), "{}", r.markdown);
+        assert!(r.markdown.contains("| 40.0 / 40.0 |"), "{}", r.markdown);
+        assert!(!r.markdown.contains("40.0±"), "{}", r.markdown);
         assert!(r.markdown.contains("— / —"), "{}", r.markdown);
         assert_eq!((r.cells_total, r.cells_complete), (3, 1));
         // Geometric NMI is shown by default.

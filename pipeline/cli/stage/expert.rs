@@ -1,0 +1,88 @@
+//! `expert`: the simulated expert classifiers of a supervision setting.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use upcc_engine::{Task, TaskContext, TaskError};
+use upcc_stages::expert;
+
+use crate::error::Result;
+use crate::on_device;
+use crate::spec::SupervisionSpec;
+use crate::wiring::{
+    input, node_device, parquet, stage_err, ComputeRef, Mon, NodeSpec, Numerics, Wiring,
+};
+
+#[derive(Serialize)]
+pub struct ExpertTask {
+    #[serde(flatten)]
+    pub params: expert::ExpertParams,
+    #[serde(skip)]
+    pub compute: ComputeRef,
+}
+
+impl Task for ExpertTask {
+    fn run(&self, ctx: &mut TaskContext) -> std::result::Result<(), TaskError> {
+        let f = super::features::load(ctx)?;
+        let dev = node_device(&self.compute, ctx)?;
+        let (probs, summaries) =
+            on_device!(&dev, |d| expert::run(d, &self.params, &f, &mut Mon(ctx)))
+                .map_err(stage_err)?;
+        let accs: Vec<f64> = summaries.iter().map(|s| s.test_accuracy).collect();
+        ctx.summary("test_accuracy", accs.clone());
+        ctx.summary(
+            "mean_test_accuracy",
+            accs.iter().sum::<f64>() / accs.len().max(1) as f64,
+        );
+        parquet(ctx, "probs", probs.to_parquet())?;
+        parquet(ctx, "experts", expert::summaries_to_parquet(&summaries))
+    }
+}
+
+/// The expert node of (dataset, supervision, trial); `None` for user-supplied constraints.
+pub fn wire(
+    w: &mut Wiring,
+    feat: usize,
+    ds: &str,
+    sup: &str,
+    sspec: &SupervisionSpec,
+    seed: u64,
+) -> Result<Option<usize>> {
+    let setting = match sspec {
+        SupervisionSpec::Single { level } => expert::ExpertSetting::Single { level: *level },
+        SupervisionSpec::Multi {
+            experts,
+            familiar,
+            unfamiliar,
+        } => expert::ExpertSetting::Multi {
+            experts: *experts,
+            familiar: *familiar,
+            unfamiliar: *unfamiliar,
+        },
+        SupervisionSpec::File { .. } => return Ok(None),
+    };
+    let params = expert::ExpertParams {
+        setting,
+        classifier: w.spec.params.expert.clone(),
+        seed,
+    };
+    let resources = w.trainer(1024, 512);
+    let compute = w.compute.clone();
+    w.add(NodeSpec {
+        id: format!("expert/{ds}/{sup}/t{seed}"),
+        stage: "expert",
+        version: expert::VERSION,
+        numerics: Numerics::Device,
+        inputs: vec![input("features", feat, "features")],
+        outputs: &["probs", "experts"],
+        labels: BTreeMap::from([
+            ("stage".to_string(), "expert".to_string()),
+            ("dataset".to_string(), ds.to_string()),
+            ("supervision".to_string(), sup.to_string()),
+            ("trial".to_string(), seed.to_string()),
+        ]),
+        resources,
+        task: ExpertTask { params, compute },
+    })
+    .map(Some)
+}

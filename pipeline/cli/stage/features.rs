@@ -1,0 +1,109 @@
+//! `features`: read a dataset's files, validate, split and scale them.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use upcc_engine::{InputDef, Source, SourceLocation, Task, TaskContext, TaskError};
+use upcc_stages::features::{self, DataFormat, FeatureParams, Split, SplitKind};
+
+use crate::error::Result;
+use crate::spec::embedded;
+use crate::wiring::{parquet, stage_err, NodeSpec, Numerics, Wiring};
+
+#[derive(Serialize)]
+pub struct FeaturesTask {
+    #[serde(flatten)]
+    pub params: FeatureParams,
+    /// Input role → the path shown in messages.
+    #[serde(skip)]
+    pub displays: BTreeMap<String, String>,
+}
+
+impl Task for FeaturesTask {
+    fn run(&self, ctx: &mut TaskContext) -> std::result::Result<(), TaskError> {
+        let mut files = BTreeMap::new();
+        for (role, display) in &self.displays {
+            files.insert(
+                role.clone(),
+                features::SourceFile {
+                    display: display.clone(),
+                    bytes: ctx.input(role)?,
+                },
+            );
+        }
+        let f = features::build(&self.params, &files).map_err(stage_err)?;
+        let (n_train, n_test) = (f.train_indices().len(), f.test_indices().len());
+        ctx.log(format!(
+            "{} rows ({} train, {} test), {} features, {} classes",
+            f.rows(),
+            n_train,
+            n_test,
+            f.dim,
+            f.n_classes
+        ));
+        ctx.summary("n_train", n_train);
+        ctx.summary("n_test", n_test);
+        ctx.summary("dim", f.dim);
+        ctx.summary("n_classes", f.n_classes);
+        parquet(ctx, "features", f.to_parquet())
+    }
+}
+
+/// Decoded features of a node's `features` input.
+pub fn load(ctx: &TaskContext) -> std::result::Result<features::Features, TaskError> {
+    features::Features::from_parquet(ctx.input("features")?).map_err(stage_err)
+}
+
+/// The features node of dataset `name`.
+pub fn wire(w: &mut Wiring, name: &str) -> Result<usize> {
+    let d = &w.spec.file.datasets[name];
+    let separate = matches!(d.format, DataFormat::Idx | DataFormat::Npy);
+    let split = d.split.unwrap_or(Split {
+        kind: if d.files.contains_key(if separate { "x" } else { "data" }) {
+            SplitKind::Stratified
+        } else {
+            SplitKind::Official
+        },
+        test_fraction: 0.2,
+        seed: 0,
+    });
+    let params = FeatureParams {
+        format: d.format,
+        label_column: d.label_column.clone(),
+        header: d.header,
+        scaling: d.scaling,
+        split,
+        n_classes: d.n_classes,
+    };
+    let mut inputs = Vec::new();
+    let mut displays = BTreeMap::new();
+    for (role, path) in &d.files {
+        let location = match path.strip_prefix("embedded:") {
+            Some(e) => SourceLocation::Embedded {
+                name: e.to_string(),
+                bytes: embedded(e).expect("validated"),
+            },
+            None => SourceLocation::File(w.spec.resolve_path(path)),
+        };
+        let source = Source {
+            context: format!("dataset `{name}`, file `{role}`"),
+            location,
+        };
+        displays.insert(role.clone(), source.display());
+        inputs.push((role.clone(), InputDef::Source(source)));
+    }
+    w.add(NodeSpec {
+        id: format!("features/{name}"),
+        stage: "features",
+        version: features::VERSION,
+        numerics: Numerics::Exact,
+        inputs,
+        outputs: &["features"],
+        labels: BTreeMap::from([
+            ("stage".into(), "features".into()),
+            ("dataset".into(), name.to_string()),
+        ]),
+        resources: Wiring::small(1024),
+        task: FeaturesTask { params, displays },
+    })
+}

@@ -1,0 +1,192 @@
+//! `table` and `figure`: the targets' renderings from the cells' results.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use upcc_engine::{Task, TaskContext, TaskError};
+use upcc_report::{CellResult, ScoreRow, TableLayout};
+use upcc_stages::table::PARQUET_MEDIA_TYPE;
+use upcc_stages::{metrics, StageError};
+
+use crate::wiring::{parquet, stage_err};
+
+const MARKDOWN: &str = "text/markdown";
+const LATEX: &str = "application/x-latex";
+const CSV: &str = "text/csv";
+
+/// Version of the table stage (rendering lives in `upcc-report`).
+pub const TABLE_VERSION: u32 = 1;
+/// Version of the figure stage (drawing lives in `upcc-report`).
+pub const FIGURE_VERSION: u32 = 1;
+
+/// Input name of a cell/trial's metrics in a table node, and its coordinates.
+#[derive(Clone, Debug, Serialize)]
+pub struct TableInput {
+    pub input: String,
+    pub coords: BTreeMap<String, String>,
+    pub trial: String,
+}
+
+/// What a table aggregates (its `kind` in the key).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TableSource {
+    #[serde(rename = "table")]
+    /// Clustering scores of each cell (`metrics` outputs).
+    Metrics,
+    /// Expert test accuracies (`experts` outputs): the mean over a setting's experts.
+    Experts,
+}
+
+#[derive(Serialize)]
+pub struct TableTask {
+    #[serde(rename = "kind")]
+    pub source: TableSource,
+    pub layout: TableLayout,
+    pub trials: usize,
+    pub inputs: Vec<TableInput>,
+}
+
+/// Per-trial results from the bytes a table reads.
+pub fn cell_result(
+    source: TableSource,
+    input: &TableInput,
+    bytes: &[u8],
+) -> Result<CellResult, StageError> {
+    if source == TableSource::Experts {
+        let t = upcc_stages::table::Table::from_parquet(bytes, "expert summary")?;
+        let acc = t.f64("test_accuracy")?;
+        let mean = acc.iter().sum::<f64>() / acc.len().max(1) as f64;
+        return Ok(CellResult {
+            coords: input.coords.clone(),
+            trial: input.trial.clone(),
+            scores: vec![ScoreRow {
+                split: "test".into(),
+                acc: mean,
+                nmi_arithmetic: f64::NAN,
+                nmi_geometric: f64::NAN,
+                ari: f64::NAN,
+            }],
+        });
+    }
+    let scores = metrics::from_parquet(bytes)?;
+    Ok(CellResult {
+        coords: input.coords.clone(),
+        trial: input.trial.clone(),
+        scores: scores
+            .into_iter()
+            .map(|s| ScoreRow {
+                split: s.split,
+                acc: s.acc,
+                nmi_arithmetic: s.nmi_arithmetic,
+                nmi_geometric: s.nmi_geometric,
+                ari: s.ari,
+            })
+            .collect(),
+    })
+}
+
+impl Task for TableTask {
+    fn run(&self, ctx: &mut TaskContext) -> Result<(), TaskError> {
+        let mut results = Vec::new();
+        for i in &self.inputs {
+            results.push(cell_result(self.source, i, ctx.input(&i.input)?).map_err(stage_err)?);
+        }
+        let r = upcc_report::render(&self.layout, &results, self.trials)
+            .map_err(|e| TaskError::Failed(e.to_string()))?;
+        ctx.summary("cells", r.cells_total);
+        ctx.put_output("table", r.parquet, PARQUET_MEDIA_TYPE, "table.parquet");
+        ctx.put_output("markdown", r.markdown.into_bytes(), MARKDOWN, "table.md");
+        ctx.put_output("latex", r.latex.into_bytes(), LATEX, "table.tex");
+        ctx.put_output("csv", r.csv.into_bytes(), CSV, "table.csv");
+        Ok(())
+    }
+}
+
+/// The diagnostics figure: its key holds only what the drawing uses (title, inputs, the
+/// spread's degrees of freedom), so table-only settings never redraw it.
+#[derive(Serialize)]
+pub struct FigureTask {
+    pub kind: &'static str,
+    pub title: String,
+    pub inputs: Vec<TableInput>,
+    pub std_ddof: u8,
+}
+
+impl Task for FigureTask {
+    fn run(&self, ctx: &mut TaskContext) -> Result<(), TaskError> {
+        use upcc_report::figure::{render, Series, TrialDiagnostics, PANELS};
+        // One line per cell: label it by the coordinates that vary across the figure.
+        let varying: Vec<String> = {
+            let mut keys: Vec<String> = self
+                .inputs
+                .first()
+                .map(|i| i.coords.keys().cloned().collect())
+                .unwrap_or_default();
+            keys.retain(|k| {
+                self.inputs
+                    .iter()
+                    .any(|i| i.coords.get(k) != self.inputs[0].coords.get(k))
+            });
+            keys
+        };
+        let mut series: Vec<Series> = Vec::new();
+        for i in &self.inputs {
+            let t = upcc_stages::table::Table::from_parquet(
+                ctx.input(&i.input)?,
+                "diagnostics artifact",
+            )
+            .map_err(stage_err)?;
+            let iterations = t.u32("iteration").map_err(stage_err)?;
+            let column = |name: &str| t.f64(name).map_err(stage_err);
+            let values = [
+                column(PANELS[0].0)?,
+                column(PANELS[1].0)?,
+                column(PANELS[2].0)?,
+                column(PANELS[3].0)?,
+                column(PANELS[4].0)?,
+                column(PANELS[5].0)?,
+                column(PANELS[6].0)?,
+                column(PANELS[7].0)?,
+            ];
+            let label = if varying.is_empty() {
+                i.coords.values().cloned().collect::<Vec<_>>().join(" ")
+            } else {
+                varying
+                    .iter()
+                    .map(|k| i.coords[k].clone())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            let trial = TrialDiagnostics { iterations, values };
+            match series.iter_mut().find(|s| s.label == label) {
+                Some(s) => s.trials.push(trial),
+                None => series.push(Series {
+                    label,
+                    trials: vec![trial],
+                }),
+            }
+        }
+        if series
+            .iter()
+            .all(|s| s.trials.iter().all(|t| t.iterations.is_empty()))
+        {
+            return Err(TaskError::Input(
+                "no held-out diagnostics were recorded (is `eci.diagnostics_every` 0, or the supervision a file without a diagnostic set?)".into(),
+            ));
+        }
+        let f = render(&self.title, &series, self.std_ddof)
+            .map_err(|e| TaskError::Failed(e.to_string()))?;
+        let table = upcc_stages::table::TableBuilder::new()
+            .str("series", f.stats.iter().map(|s| s.0.clone()).collect())
+            .str("panel", f.stats.iter().map(|s| s.1.clone()).collect())
+            .u32("iteration", f.stats.iter().map(|s| s.2).collect())
+            .f64("mean", f.stats.iter().map(|s| s.3.mean).collect())
+            .f64("std", f.stats.iter().map(|s| s.3.std).collect())
+            .u32("n", f.stats.iter().map(|s| s.3.n).collect())
+            .to_parquet();
+        ctx.put_output("png", f.png, "image/png", "figure.png");
+        ctx.put_output("svg", f.svg.into_bytes(), "image/svg+xml", "figure.svg");
+        parquet(ctx, "table", table)
+    }
+}

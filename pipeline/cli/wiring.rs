@@ -1,0 +1,273 @@
+//! The shared wiring every stage and method file builds on: adding a node whose key parameters
+//! are its task (one struct, serialised for the key and run by the engine), the cell of a grid a
+//! method trains for, and the resources a node asks the executor for.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use serde::Serialize;
+use upcc_engine::{DagBuilder, InputDef, NodeDef, NodeIndex, Resources, Task, TaskContext};
+use upcc_stages::table::PARQUET_MEDIA_TYPE;
+use upcc_stages::{Monitor, StageError};
+
+use crate::device::{Compute, NodeCompute};
+use crate::error::{CliError, Result};
+use crate::spec::{DatasetSpec, Spec, SupervisionSpec};
+
+/// Whether a node's output bits depend on the compute device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Numerics {
+    /// Exact, device-independent computation (data handling, k-means in f64, tables).
+    Exact,
+    /// Trains networks on the run's device (`cpu-f32`, `cuda-f32-sm90`, …).
+    Device,
+}
+
+/// One node as a stage file describes it. The task is the node's parameters: its serialised
+/// form (fields marked `#[serde(skip)]` aside) goes into the node key, so what the key names and
+/// what the task runs with cannot drift apart.
+pub struct NodeSpec<T> {
+    pub id: String,
+    pub stage: &'static str,
+    pub version: u32,
+    pub numerics: Numerics,
+    pub inputs: Vec<(String, InputDef)>,
+    pub outputs: &'static [&'static str],
+    pub labels: BTreeMap<String, String>,
+    pub resources: Resources,
+    pub task: T,
+}
+
+/// The DAG under construction.
+pub struct Wiring<'a> {
+    pub spec: &'a Spec,
+    b: DagBuilder,
+    /// Threads of a CPU training node.
+    pub threads: usize,
+    pub compute: Arc<Compute>,
+    /// Numerics class of the nodes that train networks.
+    pub numerics: String,
+    /// Optional grid axes that appear in node ids (those some target varies).
+    pub id_axes: BTreeSet<&'static str>,
+}
+
+impl<'a> Wiring<'a> {
+    pub fn new(spec: &'a Spec, threads: usize, compute: Arc<Compute>, numerics: String) -> Self {
+        let mut id_axes = BTreeSet::new();
+        for t in spec.file.targets.values() {
+            if t.grid.corruption.is_some() {
+                id_axes.insert("corruption");
+            }
+            if t.grid.budget.is_some() {
+                id_axes.insert("budget");
+            }
+        }
+        Wiring {
+            spec,
+            b: DagBuilder::new(),
+            threads: threads.max(1),
+            compute,
+            numerics,
+            id_axes,
+        }
+    }
+
+    /// Add a node (or find the identical one added before: shared nodes such as features,
+    /// experts and pretraining are added once).
+    pub fn add<T: Task + Serialize + 'static>(&mut self, n: NodeSpec<T>) -> Result<usize> {
+        let params = serde_json::to_value(&n.task)
+            .map_err(|e| CliError::internal(format!("cannot serialise parameters: {e}")))?;
+        let numerics = match n.numerics {
+            Numerics::Exact => "exact".to_string(),
+            Numerics::Device => self.numerics.clone(),
+        };
+        let def = NodeDef {
+            id: n.id,
+            stage: n.stage.into(),
+            stage_version: n.version,
+            params,
+            numerics,
+            inputs: n.inputs,
+            outputs: n.outputs.iter().map(|s| s.to_string()).collect(),
+            labels: n.labels,
+            resources: n.resources,
+            task: Arc::new(n.task),
+        };
+        self.b
+            .add(def)
+            .map(|i| i.0)
+            .map_err(|e| CliError::internal(e.to_string()))
+    }
+
+    pub fn build(self) -> upcc_engine::Dag {
+        self.b.build()
+    }
+
+    /// Resources of a node that trains networks: a GPU slot with `gpu_mb` of GPU memory and
+    /// one CPU thread to drive it on a GPU, else the per-node CPU threads.
+    pub fn trainer(&self, memory_mb: u64, gpu_mb: u64) -> Resources {
+        if self.compute.is_gpu() {
+            Resources {
+                threads: 1,
+                memory_mb,
+                gpu_memory_mb: gpu_mb,
+            }
+        } else {
+            Resources {
+                threads: self.threads,
+                memory_mb,
+                gpu_memory_mb: 0,
+            }
+        }
+    }
+
+    /// Resources of a CPU node using the per-node threads (k-means).
+    pub fn cpu(&self, memory_mb: u64) -> Resources {
+        Resources {
+            threads: self.threads,
+            memory_mb,
+            gpu_memory_mb: 0,
+        }
+    }
+
+    /// Resources of a small single-threaded node.
+    pub fn small(memory_mb: u64) -> Resources {
+        Resources {
+            threads: 1,
+            memory_mb,
+            gpu_memory_mb: 0,
+        }
+    }
+}
+
+/// Input `name` of a node: output `output` of node `node`.
+pub fn input(name: &str, node: usize, output: &str) -> (String, InputDef) {
+    (
+        name.to_string(),
+        InputDef::Node {
+            node: NodeIndex(node),
+            output: output.to_string(),
+        },
+    )
+}
+
+/// A number as node ids and labels write it (`0.3`, `1.0`).
+pub fn fmt_f(x: f64) -> String {
+    let s = format!("{x}");
+    if s.contains('.') || s.contains('e') {
+        s
+    } else {
+        format!("{s}.0")
+    }
+}
+
+/// One cell × trial of a target's grid: what a method trains for.
+pub struct Cell<'s> {
+    pub dataset: &'s str,
+    pub dspec: &'s DatasetSpec,
+    pub supervision: &'s str,
+    pub sspec: &'s SupervisionSpec,
+    pub corruption: f64,
+    pub budget: usize,
+    pub method: &'s str,
+    pub pretrain: bool,
+    pub seed: u64,
+}
+
+impl Cell<'_> {
+    /// `/pi0.3`, `/n9000` for the optional axes some target varies.
+    pub fn axes_suffix(&self, w: &Wiring) -> String {
+        let mut s = String::new();
+        if w.id_axes.contains("corruption") {
+            s.push_str(&format!("/pi{}", fmt_f(self.corruption)));
+        }
+        if w.id_axes.contains("budget") {
+            s.push_str(&format!("/n{}", self.budget));
+        }
+        s
+    }
+
+    /// `dataset/supervision[/pi…][/n…]/method/pre|nopre/tN`: the id of the cell's nodes.
+    pub fn id(&self, w: &Wiring) -> String {
+        format!(
+            "{}/{}{}/{}/{}/t{}",
+            self.dataset,
+            self.supervision,
+            self.axes_suffix(w),
+            self.method,
+            if self.pretrain { "pre" } else { "nopre" },
+            self.seed
+        )
+    }
+
+    /// Labels of a node of this cell (what selectors match).
+    pub fn labels(&self, stage: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            ("stage".to_string(), stage.to_string()),
+            ("dataset".to_string(), self.dataset.to_string()),
+            ("supervision".to_string(), self.supervision.to_string()),
+            ("trial".to_string(), self.seed.to_string()),
+            ("corruption".to_string(), fmt_f(self.corruption)),
+            ("budget".to_string(), self.budget.to_string()),
+            ("method".to_string(), self.method.to_string()),
+            ("pretrain".to_string(), self.pretrain.to_string()),
+        ])
+    }
+}
+
+/// Adapts the engine's context to the stages' monitor.
+pub struct Mon<'a>(pub &'a mut TaskContext);
+
+impl Monitor for Mon<'_> {
+    fn log(&mut self, message: &str) {
+        self.0.log(message);
+    }
+    fn progress(&mut self, done: u64, total: u64, message: &str) {
+        self.0.progress(done, total, message);
+    }
+}
+
+pub fn stage_err(e: StageError) -> upcc_engine::TaskError {
+    use upcc_engine::TaskError;
+    match e {
+        StageError::Input(m) => TaskError::Input(m),
+        StageError::Failed(m) => TaskError::Failed(m),
+        StageError::Device(d) => TaskError::Failed(format!("device error: {d}")),
+    }
+}
+
+/// Store a Parquet output.
+pub fn parquet(
+    ctx: &mut TaskContext,
+    name: &str,
+    bytes: std::result::Result<Vec<u8>, StageError>,
+) -> std::result::Result<(), upcc_engine::TaskError> {
+    ctx.put_output(
+        name,
+        bytes.map_err(stage_err)?,
+        PARQUET_MEDIA_TYPE,
+        &format!("{name}.parquet"),
+    );
+    Ok(())
+}
+
+/// The device one node computes on: the run's CPU, or the GPU of the slot the executor
+/// assigned, with a stream and cuBLAS handle of its own.
+pub fn node_device(
+    compute: &Compute,
+    ctx: &mut TaskContext,
+) -> std::result::Result<NodeCompute, upcc_engine::TaskError> {
+    let c = compute
+        .for_node(ctx.gpu())
+        .map_err(|e| upcc_engine::TaskError::Failed(format!("device error: {e}")))?;
+    let (name, numerics) = crate::on_device!(&c, |d| (
+        upcc_nn::Device::<f32>::name(d),
+        upcc_nn::Device::<f32>::numerics(d)
+    ));
+    ctx.log(format!("device {name} ({numerics})"));
+    Ok(c)
+}
+
+/// The run's device, for tasks (skipped when a task is serialised into its key: the numerics
+/// class names what matters of it).
+pub type ComputeRef = Arc<Compute>;
