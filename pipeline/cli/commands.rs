@@ -608,6 +608,7 @@ pub fn explain(args: &ExplainArgs, env: &Env) -> Result<i32> {
                 "id": node.id, "stage": node.stage, "stage_version": node.stage_version, "status": e.status,
                 "key": e.key.map(|k| k.to_hex()), "reasons": e.reasons, "inputs": inputs, "params": node.params,
                 "numerics": node.numerics, "manifest": manifest, "log": e.key.map(|k| store.log_path(&k).display().to_string()),
+                "log_text": e.key.and_then(|k| std::fs::read_to_string(store.log_path(&k)).ok()),
             })
         );
         return Ok(0);
@@ -706,10 +707,31 @@ pub fn explain(args: &ExplainArgs, env: &Env) -> Result<i32> {
                     rss as f64 / 1048576.0
                 );
             }
-            let _ = writeln!(o, "log       {}", store.log_path(&m.key).display());
+            for (k, v) in p.libraries.iter().filter(|(k, _)| k.starts_with("device")) {
+                let _ = writeln!(o, "          {k} {v}");
+            }
         }
         None => {
             let _ = writeln!(o, "outputs   (not computed for this key)");
+        }
+    }
+    // The node's log (of its last execution under this key, a failed one included).
+    if let Some(k) = e.key {
+        let path = store.log_path(&k);
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            let lines: Vec<&str> = text.lines().collect();
+            let keep = if verbose >= 1 { lines.len() } else { 40 };
+            let _ = writeln!(o, "log       {}", path.display());
+            if lines.len() > keep {
+                let _ = writeln!(
+                    o,
+                    "          … {} earlier lines (-v shows all)",
+                    lines.len() - keep
+                );
+            }
+            for l in &lines[lines.len().saturating_sub(keep)..] {
+                let _ = writeln!(o, "  | {l}");
+            }
         }
     }
     if verbose >= 1 {

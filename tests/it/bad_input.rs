@@ -311,3 +311,56 @@ fn pickled_npy_is_refused_with_a_conversion_hint() {
         &["pickled Python objects", "np.save"],
     );
 }
+
+/// Run the tiny spec with its supervision from `cons` (CSV) and return the result.
+fn with_constraints_file(cons: &str) -> (Env, Ran) {
+    let spec = tiny_with(
+        "lv0.1: {kind: single, level: 0.1}",
+        "mine: {kind: file, path: cons.csv}",
+    )
+    .replace("supervision: [lv0.1]", "supervision: [mine]");
+    let env = Env::new();
+    env.write("bad.yaml", &spec);
+    std::fs::write(env.path("cons.csv"), cons).unwrap();
+    let bad = env.path("bad.yaml").display().to_string();
+    let r = env.upcc(&["run", &bad, "--progress", "none"]);
+    (env, r)
+}
+
+#[test]
+fn file_constraints_pairing_an_instance_with_itself_are_refused() {
+    let (_env, r) = with_constraints_file("a,b,y\n0,1,0.5\n7,7,1.0\n");
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.stderr
+            .contains("constraint 2 pairs instance 7 with itself"),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn file_constraints_with_sparse_expert_ids_are_refused() {
+    let (_env, r) = with_constraints_file("a,b,y,expert\n0,1,0.5,0\n2,3,0.4,60000\n");
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.stderr.contains("must number the experts 0, 1, …, E−1") && r.stderr.contains("0, 60000"),
+        "{r:?}"
+    );
+    let (_env, r) = with_constraints_file("a,b,y,expert\n0,1,0.5,0\n2,3,0.4,70000\n");
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("expert id 70000 is too large"), "{r:?}");
+}
+
+#[test]
+fn a_test_split_instance_error_says_how_to_find_training_rows() {
+    // Every row of the blobs file: some are in the test split.
+    let rows: String = (0..120).map(|i| format!("{i},{},0.5\n", i + 120)).collect();
+    let (_env, r) = with_constraints_file(&format!("a,b,y\n{rows}"));
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.stderr.contains("from the test split")
+            && r.stderr.contains("stage=features")
+            && r.stderr.contains("`split` column"),
+        "{r:?}"
+    );
+}

@@ -686,6 +686,12 @@ struct Job {
 
 impl Job {
     fn execute(self, lease: Lease, progress: Sender<ProgressEvent>) -> WorkerResult {
+        let _span =
+            tracing::info_span!("node", id = %self.dag_node.id, key = %self.key.short()).entered();
+        tracing::debug!(
+            material = %self.material.canonical_json().unwrap_or_default(),
+            "key material"
+        );
         let started_at = SystemTime::now();
         let t0 = Instant::now();
         let mut inputs = BTreeMap::new();

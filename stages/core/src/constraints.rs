@@ -167,7 +167,10 @@ impl Constraints {
                 }
                 if features.is_test[idx] != test_split {
                     return Err(StageError::input(format!(
-                        "{what}: constraint {} uses instance {idx} from the {} split; training constraints must use training instances",
+                        "{what}: constraint {} uses instance {idx} from the {} split; training constraints must use training instances. \
+                         Instances are the dataset's 0-based rows (with separate train and test files, the train file's rows first); the dataset's split decides which are training rows: \
+                         `upcc run SPEC stage=features` then `upcc explain SPEC features/DATASET` gives the features table, whose `id` column \
+                         lists the rows and `split` column says `train` or `test` (README: Your own constraints)",
                         i + 1,
                         if features.is_test[idx] { "test" } else { "training" }
                     )));
@@ -314,7 +317,7 @@ pub fn from_user_file(display: &str, bytes: &[u8], features: &Features) -> Resul
         for i in 0..y.len() {
             c.a.push(to_index(display, "a", i, a[i])?);
             c.b.push(to_index(display, "b", i, b[i])?);
-            c.expert.push(to_index(display, "expert", i, e[i])? as u16);
+            c.expert.push(expert_id(display, i, e[i])?);
             c.y.push(y[i] as f32);
         }
     } else {
@@ -357,7 +360,7 @@ pub fn from_user_file(display: &str, bytes: &[u8], features: &Features) -> Resul
             c.a.push(to_index(display, "a", no, num(ia)?)?);
             c.b.push(to_index(display, "b", no, num(ib)?)?);
             c.expert.push(match ie {
-                Some(j) => to_index(display, "expert", no, num(j)?)? as u16,
+                Some(j) => expert_id(display, no, num(j)?)?,
                 None => 0,
             });
             c.y.push(num(iy)? as f32);
@@ -370,8 +373,37 @@ pub fn from_user_file(display: &str, bytes: &[u8], features: &Features) -> Resul
             "`{display}` holds no constraints"
         )));
     }
+    if let Some(i) = (0..c.len()).find(|&i| c.a[i] == c.b[i]) {
+        return Err(StageError::input(format!(
+            "`{display}`: constraint {} pairs instance {} with itself; a constraint relates two different instances",
+            i + 1,
+            c.a[i]
+        )));
+    }
+    // Expert ids number the experts 0..E−1, each used (one Corrector per id).
+    let ids: std::collections::BTreeSet<u16> = c.expert.iter().copied().collect();
+    let e = ids.len();
+    if ids.iter().next_back().is_some_and(|&m| m as usize + 1 != e) {
+        let shown: Vec<String> = ids.iter().take(12).map(|i| i.to_string()).collect();
+        return Err(StageError::input(format!(
+            "`{display}`: the `expert` column must number the experts 0, 1, …, E−1 with every id used; it has {e} distinct ids ({}{}): renumber them 0..{}",
+            shown.join(", "),
+            if e > 12 { ", …" } else { "" },
+            e - 1
+        )));
+    }
     c.validate(features, false, &format!("`{display}`"))?;
     Ok(c)
+}
+
+fn expert_id(display: &str, row: usize, v: f64) -> Result<u16> {
+    let i = to_index(display, "expert", row, v)?;
+    u16::try_from(i).map_err(|_| {
+        StageError::input(format!(
+            "`{display}` row {}: expert id {i} is too large (experts are numbered 0..E−1)",
+            row + 1
+        ))
+    })
 }
 
 fn to_index(display: &str, name: &str, row: usize, v: f64) -> Result<u32> {

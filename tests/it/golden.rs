@@ -1,0 +1,51 @@
+//! Golden node keys. A change to key material — parameter serialisation, the canonical JSON,
+//! the key schema, or the bytes a dependency writes into an upstream output (Parquet) — would
+//! silently re-key every store and recompute everything. If one of these fails, the change is
+//! either a bug or deliberate: then bump what changed (a stage's VERSION or KEY_SCHEMA_VERSION),
+//! say so in the commit and update the hex here.
+
+use crate::util::*;
+
+#[test]
+fn the_smoke_specs_first_node_keys_are_pinned() {
+    let env = Env::new();
+    let r = env.upcc(&[
+        "--device",
+        "cpu",
+        "run",
+        "smoke",
+        "stage=features",
+        "--progress",
+        "none",
+    ]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let s = env
+        .upcc(&["--device", "cpu", "status", "smoke", "--json"])
+        .json();
+    let key = |id: &str| -> String {
+        s["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["id"] == id)
+            .unwrap_or_else(|| panic!("no node {id}"))["key"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    // The features node: the embedded data, the feature parameters, the key schema.
+    assert_eq!(
+        key("features/mnist5k"),
+        "d6f0953b62f5ff05d7f613b2863c2c210dbfddb147b47e7fdc0b447df01b8f94"
+    );
+    // Nodes reading the features: also the features' output bytes (the Parquet writer) and,
+    // for training nodes, the numerics class.
+    assert_eq!(
+        key("expert/mnist5k/lv0.01/t1"),
+        "a6dc321904c93614302864e1cb73d73456e9d8fa3a1c2818c7d5d8eec60a3b16"
+    );
+    assert_eq!(
+        key("pretrain/mnist5k/s0"),
+        "39598c41957bdbc706c325e765f2a50a81576bc696c8dd1fe8ecbb62e79cf702"
+    );
+}
