@@ -756,6 +756,242 @@ impl<T: Real> Device<T> for Cpu {
         Ok(())
     }
 
+    fn softmax_backward(
+        &self,
+        s: &Vec<T>,
+        ds: &Vec<T>,
+        rows: usize,
+        cols: usize,
+        dx: &mut Vec<T>,
+    ) -> DResult<()> {
+        for r in 0..rows {
+            let sr = &s[r * cols..(r + 1) * cols];
+            let gr = &ds[r * cols..(r + 1) * cols];
+            let dot: f64 = sr
+                .iter()
+                .zip(gr)
+                .map(|(a, b)| a.to_f64() * b.to_f64())
+                .sum();
+            for j in 0..cols {
+                let v = sr[j].to_f64() * (gr[j].to_f64() - dot);
+                dx[r * cols + j] += T::from_f64(v);
+            }
+        }
+        Ok(())
+    }
+
+    fn pair_cobce(
+        &self,
+        q: &Vec<T>,
+        c: usize,
+        n: usize,
+        b_raw: Option<&Vec<T>>,
+        y: &Vec<T>,
+        w: &Vec<T>,
+        eps: f64,
+        denom: f64,
+        dq: &mut Vec<T>,
+        mut db_raw: Option<&mut Vec<T>>,
+        out: &mut Vec<f64>,
+        slot: usize,
+    ) -> DResult<()> {
+        assert!(q.len() >= 2 * n * c && y.len() == n && w.len() == n);
+        let bmat: Option<Vec<f64>> = b_raw.map(|b| b.iter().map(|v| sigmoid(v.to_f64())).collect());
+        let mut dbm = vec![0f64; c * c];
+        let mut loss = 0.0;
+        for i in 0..n {
+            let qa: Vec<f64> = q[i * c..(i + 1) * c].iter().map(|v| v.to_f64()).collect();
+            let qb: Vec<f64> = q[(n + i) * c..(n + i + 1) * c]
+                .iter()
+                .map(|v| v.to_f64())
+                .collect();
+            // bq = B q_b, bta = Bᵀ q_a.
+            let (bq, bta): (Vec<f64>, Vec<f64>) = match &bmat {
+                Some(bm) => (
+                    (0..c)
+                        .map(|r| (0..c).map(|k| bm[r * c + k] * qb[k]).sum())
+                        .collect(),
+                    (0..c)
+                        .map(|k| (0..c).map(|r| bm[r * c + k] * qa[r]).sum())
+                        .collect(),
+                ),
+                None => (qb.clone(), qa.clone()),
+            };
+            let p_raw: f64 = qa.iter().zip(&bq).map(|(a, b)| a * b).sum();
+            let p = p_raw.clamp(eps, 1.0 - eps);
+            let (yi, wi) = (y[i].to_f64(), w[i].to_f64());
+            loss += -wi * (yi * p.ln() + (1.0 - yi) * (1.0 - p).ln());
+            // d loss / d P (zero where the clamp is active).
+            let g = if p_raw > eps && p_raw < 1.0 - eps {
+                wi * (p - yi) / (p * (1.0 - p)) / denom
+            } else {
+                0.0
+            };
+            for k in 0..c {
+                dq[i * c + k] += T::from_f64(g * bq[k]);
+                dq[(n + i) * c + k] += T::from_f64(g * bta[k]);
+            }
+            if bmat.is_some() {
+                for r in 0..c {
+                    for k in 0..c {
+                        dbm[r * c + k] += g * qa[r] * qb[k];
+                    }
+                }
+            }
+        }
+        if let (Some(bm), Some(db)) = (&bmat, db_raw.as_deref_mut()) {
+            for j in 0..c * c {
+                db[j] += T::from_f64(dbm[j] * bm[j] * (1.0 - bm[j]));
+            }
+        }
+        out[slot] = loss / denom;
+        Ok(())
+    }
+
+    fn spd_logdet_inverse(
+        &self,
+        m: &Vec<T>,
+        c: usize,
+        eps: f64,
+        out: &mut Vec<f64>,
+        slot: usize,
+        minv: &mut Vec<T>,
+    ) -> DResult<()> {
+        let a: Vec<f64> = (0..c * c)
+            .map(|j| m[j].to_f64() + if j / c == j % c { eps } else { 0.0 })
+            .collect();
+        match crate::science::cholesky_logdet_inverse(&a, c) {
+            Some((logdet, inv)) => {
+                out[slot] = logdet;
+                for (o, v) in minv.iter_mut().zip(inv) {
+                    *o = T::from_f64(v);
+                }
+            }
+            None => {
+                out[slot] = f64::NEG_INFINITY;
+                minv.fill(T::ZERO);
+            }
+        }
+        Ok(())
+    }
+
+    fn student_t(
+        &self,
+        z: &Vec<T>,
+        mu: &Vec<T>,
+        rows: usize,
+        d: usize,
+        k: usize,
+        alpha: f64,
+        e: f64,
+        q: &mut Vec<T>,
+    ) -> DResult<()> {
+        for r in 0..rows {
+            let zr = &z[r * d..(r + 1) * d];
+            let t: Vec<f64> = (0..k)
+                .map(|cc| {
+                    let d2: f64 = zr
+                        .iter()
+                        .zip(&mu[cc * d..(cc + 1) * d])
+                        .map(|(a, b)| (a.to_f64() - b.to_f64()).powi(2))
+                        .sum();
+                    (1.0 + d2 / alpha).powf(-e)
+                })
+                .collect();
+            let sum: f64 = t.iter().sum();
+            for cc in 0..k {
+                q[r * k + cc] = T::from_f64(t[cc] / sum);
+            }
+        }
+        Ok(())
+    }
+
+    fn student_t_backward(
+        &self,
+        z: &Vec<T>,
+        mu: &Vec<T>,
+        q: &Vec<T>,
+        dq: &Vec<T>,
+        rows: usize,
+        d: usize,
+        k: usize,
+        alpha: f64,
+        e: f64,
+        dz: &mut Vec<T>,
+        dmu: &mut Vec<T>,
+    ) -> DResult<()> {
+        let mut dmu64 = vec![0f64; k * d];
+        for r in 0..rows {
+            let zr: Vec<f64> = z[r * d..(r + 1) * d].iter().map(|v| v.to_f64()).collect();
+            let qr: Vec<f64> = q[r * k..(r + 1) * k].iter().map(|v| v.to_f64()).collect();
+            let gr: Vec<f64> = dq[r * k..(r + 1) * k].iter().map(|v| v.to_f64()).collect();
+            let dot: f64 = qr.iter().zip(&gr).map(|(a, b)| a * b).sum();
+            let mut dzr = vec![0f64; d];
+            for cc in 0..k {
+                let diff: Vec<f64> = (0..d).map(|j| zr[j] - mu[cc * d + j].to_f64()).collect();
+                let u = 1.0 + diff.iter().map(|x| x * x).sum::<f64>() / alpha;
+                // q = t/S with t = u^(−e): dL/du = (dL/dq·q-weighted) · (−e/u) · q.
+                let dl_du = (gr[cc] - dot) * qr[cc] * (-e / u);
+                for j in 0..d {
+                    let g = dl_du * 2.0 * diff[j] / alpha;
+                    dzr[j] += g;
+                    dmu64[cc * d + j] -= g;
+                }
+            }
+            for j in 0..d {
+                dz[r * d + j] += T::from_f64(dzr[j]);
+            }
+        }
+        for (o, v) in dmu.iter_mut().zip(dmu64) {
+            *o += T::from_f64(v);
+        }
+        Ok(())
+    }
+
+    fn kl_target(
+        &self,
+        q: &Vec<T>,
+        p: &Vec<T>,
+        denom: f64,
+        dq: &mut Vec<T>,
+        out: &mut Vec<f64>,
+        slot: usize,
+    ) -> DResult<()> {
+        assert_eq!(q.len(), p.len());
+        let mut loss = 0.0;
+        for i in 0..q.len() {
+            let (qi, pi) = (q[i].to_f64().max(1e-30), p[i].to_f64());
+            if pi > 0.0 {
+                loss += pi * (pi / qi).ln();
+            }
+            dq[i] = T::from_f64(-pi / (qi * denom));
+        }
+        out[slot] = loss / denom;
+        Ok(())
+    }
+
+    fn spherepair_bce(
+        &self,
+        c: &Vec<T>,
+        y: &Vec<T>,
+        w: &Vec<T>,
+        denom: f64,
+        dc: &mut Vec<T>,
+        out: &mut Vec<f64>,
+        slot: usize,
+    ) -> DResult<()> {
+        let mut loss = 0.0;
+        for i in 0..c.len() {
+            let ci = c[i].to_f64();
+            let (yi, wi) = (y[i].to_f64(), w[i].to_f64());
+            let (l, g) = crate::science::spherepair_term(ci, yi);
+            loss += wi * l;
+            dc[i] = T::from_f64(wi * g / denom);
+        }
+        out[slot] = loss / denom;
+        Ok(())
+    }
+
     fn eci_fuse(
         &self,
         y: &Vec<T>,

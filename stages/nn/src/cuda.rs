@@ -71,6 +71,15 @@ kernels!(
     k_scalar_axpy,
     k_scalar_axpy_self,
     k_scalar_to_grad,
+    k_softmax_backward,
+    k_pair_cobce,
+    k_pair_cobce_db,
+    k_spd_logdet_inverse,
+    k_student_t,
+    k_student_t_backward_rows,
+    k_student_t_backward_mu,
+    k_kl_target,
+    k_spherepair_bce,
 );
 
 /// What every stream of one context shares.
@@ -1085,6 +1094,190 @@ impl Device<f32> for Cuda {
             k_huber_l2,
             Self::one_block(),
             [p, target, wv, &has_w, &n, &delta, &sm, &lambda, &denom, dp, out, &sl]
+        )
+    }
+
+    fn softmax_backward(
+        &self,
+        s: &CudaSlice<f32>,
+        ds: &CudaSlice<f32>,
+        rows: usize,
+        cols: usize,
+        dx: &mut CudaSlice<f32>,
+    ) -> DResult<()> {
+        assert!(s.len() == rows * cols && ds.len() == s.len() && dx.len() == s.len());
+        if rows == 0 {
+            return Ok(());
+        }
+        let (r, c) = (rows as I64, cols as I64);
+        launch!(
+            self,
+            "softmax_backward",
+            k_softmax_backward,
+            Self::grid(rows),
+            [s, ds, &r, &c, dx]
+        )
+    }
+
+    fn pair_cobce(
+        &self,
+        q: &CudaSlice<f32>,
+        c: usize,
+        n: usize,
+        b_raw: Option<&CudaSlice<f32>>,
+        y: &CudaSlice<f32>,
+        w: &CudaSlice<f32>,
+        eps: f64,
+        denom: f64,
+        dq: &mut CudaSlice<f32>,
+        db_raw: Option<&mut CudaSlice<f32>>,
+        out: &mut CudaSlice<f64>,
+        slot: usize,
+    ) -> DResult<()> {
+        assert!(q.len() >= 2 * n * c && y.len() == n && w.len() == n && dq.len() == q.len());
+        let mut g = self.alloc::<f64>(n.max(1))?;
+        let (cc, nn, sl, has_b) = (c as I64, n as I64, slot as I64, i32::from(b_raw.is_some()));
+        let bv = b_raw.unwrap_or(&self.inner.dummy);
+        launch!(
+            self,
+            "pair_cobce",
+            k_pair_cobce,
+            Self::one_block(),
+            [q, &cc, &nn, bv, &has_b, y, w, &eps, &denom, &mut *dq, &mut g, out, &sl]
+        )?;
+        if let (Some(b), Some(db)) = (b_raw, db_raw) {
+            if c > 0 {
+                launch!(
+                    self,
+                    "pair_cobce",
+                    k_pair_cobce_db,
+                    Self::grid(c * c),
+                    [q, &cc, &nn, b, &g, db]
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    fn spd_logdet_inverse(
+        &self,
+        m: &CudaSlice<f32>,
+        c: usize,
+        eps: f64,
+        out: &mut CudaSlice<f64>,
+        slot: usize,
+        minv: &mut CudaSlice<f32>,
+    ) -> DResult<()> {
+        assert!(m.len() == c * c && minv.len() == c * c);
+        let mut scratch = self.alloc::<f64>((2 * c * c).max(1))?;
+        let (cc, sl) = (c as I64, slot as I64);
+        launch!(
+            self,
+            "spd_logdet_inverse",
+            k_spd_logdet_inverse,
+            Self::single(),
+            [m, &cc, &eps, out, &sl, minv, &mut scratch]
+        )
+    }
+
+    fn student_t(
+        &self,
+        z: &CudaSlice<f32>,
+        mu: &CudaSlice<f32>,
+        rows: usize,
+        d: usize,
+        k: usize,
+        alpha: f64,
+        e: f64,
+        q: &mut CudaSlice<f32>,
+    ) -> DResult<()> {
+        assert!(z.len() == rows * d && mu.len() == k * d && q.len() == rows * k);
+        if rows == 0 {
+            return Ok(());
+        }
+        let (r, dd, kk) = (rows as I64, d as I64, k as I64);
+        launch!(
+            self,
+            "student_t",
+            k_student_t,
+            Self::grid(rows),
+            [z, mu, &r, &dd, &kk, &alpha, &e, q]
+        )
+    }
+
+    fn student_t_backward(
+        &self,
+        z: &CudaSlice<f32>,
+        mu: &CudaSlice<f32>,
+        q: &CudaSlice<f32>,
+        dq: &CudaSlice<f32>,
+        rows: usize,
+        d: usize,
+        k: usize,
+        alpha: f64,
+        e: f64,
+        dz: &mut CudaSlice<f32>,
+        dmu: &mut CudaSlice<f32>,
+    ) -> DResult<()> {
+        if rows == 0 {
+            return Ok(());
+        }
+        let mut tmp = self.alloc::<f64>(rows * k)?;
+        let (r, dd, kk) = (rows as I64, d as I64, k as I64);
+        launch!(
+            self,
+            "student_t_backward",
+            k_student_t_backward_rows,
+            Self::grid(rows),
+            [z, mu, q, dq, &r, &dd, &kk, &alpha, &e, dz, &mut tmp]
+        )?;
+        launch!(
+            self,
+            "student_t_backward",
+            k_student_t_backward_mu,
+            Self::grid(k * d),
+            [z, mu, &tmp, &r, &dd, &kk, &alpha, dmu]
+        )
+    }
+
+    fn kl_target(
+        &self,
+        q: &CudaSlice<f32>,
+        p: &CudaSlice<f32>,
+        denom: f64,
+        dq: &mut CudaSlice<f32>,
+        out: &mut CudaSlice<f64>,
+        slot: usize,
+    ) -> DResult<()> {
+        assert!(q.len() == p.len() && dq.len() == q.len());
+        let (n, sl) = (q.len() as I64, slot as I64);
+        launch!(
+            self,
+            "kl_target",
+            k_kl_target,
+            Self::one_block(),
+            [q, p, &n, &denom, dq, out, &sl]
+        )
+    }
+
+    fn spherepair_bce(
+        &self,
+        c: &CudaSlice<f32>,
+        y: &CudaSlice<f32>,
+        w: &CudaSlice<f32>,
+        denom: f64,
+        dc: &mut CudaSlice<f32>,
+        out: &mut CudaSlice<f64>,
+        slot: usize,
+    ) -> DResult<()> {
+        assert!(y.len() == c.len() && w.len() == c.len() && dc.len() == c.len());
+        let (n, sl) = (c.len() as I64, slot as I64);
+        launch!(
+            self,
+            "spherepair_bce",
+            k_spherepair_bce,
+            Self::one_block(),
+            [c, y, w, &n, &denom, dc, out, &sl]
         )
     }
 

@@ -392,3 +392,207 @@ extern "C" __global__ void k_scalar_to_grad(const double* s, i64 slot, double co
     if (threadIdx.x != 0 || blockIdx.x != 0) return;
     grad[0] += (float)(coef * s[slot]);
 }
+
+// ---- softmax backward and the deep-clustering baselines ---------------------------------
+
+extern "C" __global__ void k_softmax_backward(const float* s, const float* ds, i64 rows, i64 cols, float* dx) {
+    i64 r = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    double dot = 0.0;
+    for (i64 j = 0; j < cols; j++) dot += (double)s[r * cols + j] * (double)ds[r * cols + j];
+    for (i64 j = 0; j < cols; j++) {
+        i64 k = r * cols + j;
+        dx[k] += (float)((double)s[k] * ((double)ds[k] - dot));
+    }
+}
+
+__device__ double sigmoid_b(const float* b_raw, i64 idx) {
+    return sigmoid_d((double)b_raw[idx]);
+}
+
+// One block: pairs (i, n + i); P = q_a^T B q_b (B = sigmoid(B') or I); loss, dq (added) and
+// d loss/dP per pair into g (for dB').
+extern "C" __global__ void k_pair_cobce(const float* q, i64 c, i64 n, const float* b_raw, int has_b, const float* y,
+                                       const float* w, double eps, double denom, float* dq, double* g,
+                                       double* out, i64 slot) {
+    __shared__ double sh[RED];
+    double loss = 0.0;
+    for (i64 i = threadIdx.x; i < n; i += RED) {
+        const float* qa = q + i * c;
+        const float* qb = q + (n + i) * c;
+        double p_raw = 0.0;
+        for (i64 r = 0; r < c; r++) {
+            double bq = 0.0;
+            if (has_b) {
+                for (i64 k = 0; k < c; k++) bq += sigmoid_b(b_raw, r * c + k) * (double)qb[k];
+            } else {
+                bq = (double)qb[r];
+            }
+            p_raw += (double)qa[r] * bq;
+        }
+        double p = fmin(fmax(p_raw, eps), 1.0 - eps);
+        double yi = (double)y[i], wi = (double)w[i];
+        loss += -wi * (yi * log(p) + (1.0 - yi) * log(1.0 - p));
+        double gi = (p_raw > eps && p_raw < 1.0 - eps) ? wi * (p - yi) / (p * (1.0 - p)) / denom : 0.0;
+        g[i] = gi;
+        for (i64 k = 0; k < c; k++) {
+            double bq = 0.0, bta = 0.0;
+            if (has_b) {
+                for (i64 j = 0; j < c; j++) {
+                    bq += sigmoid_b(b_raw, k * c + j) * (double)qb[j];
+                    bta += sigmoid_b(b_raw, j * c + k) * (double)qa[j];
+                }
+            } else {
+                bq = (double)qb[k];
+                bta = (double)qa[k];
+            }
+            dq[i * c + k] += (float)(gi * bq);
+            dq[(n + i) * c + k] += (float)(gi * bta);
+        }
+    }
+    loss = block_sum(loss, sh);
+    if (threadIdx.x == 0) out[slot] = loss / denom;
+}
+
+// dB'[r, k] += sigma'(B'[r, k]) * sum_i g_i q_a[r] q_b[k], pairs in order.
+extern "C" __global__ void k_pair_cobce_db(const float* q, i64 c, i64 n, const float* b_raw, const double* g, float* db) {
+    i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= c * c) return;
+    i64 r = e / c, k = e % c;
+    double acc = 0.0;
+    for (i64 i = 0; i < n; i++) acc += g[i] * (double)q[i * c + r] * (double)q[(n + i) * c + k];
+    double s = sigmoid_b(b_raw, e);
+    db[e] += (float)(acc * s * (1.0 - s));
+}
+
+// One thread: Cholesky of m + eps I (c x c) into scratch l, log det into out[slot], the
+// inverse into minv (zero and -inf if not positive definite). scratch holds 2 c^2 doubles.
+extern "C" __global__ void k_spd_logdet_inverse(const float* m, i64 c, double eps, double* out, i64 slot, float* minv,
+                                               double* scratch) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    double* l = scratch;
+    double* li = scratch + c * c;
+    for (i64 j = 0; j < c * c; j++) { l[j] = 0.0; li[j] = 0.0; }
+    for (i64 i = 0; i < c; i++) {
+        for (i64 j = 0; j <= i; j++) {
+            double sum = (double)m[i * c + j] + (i == j ? eps : 0.0);
+            for (i64 k = 0; k < j; k++) sum -= l[i * c + k] * l[j * c + k];
+            if (i == j) {
+                if (!(sum > 0.0) || isinf(sum) || isnan(sum)) {
+                    out[slot] = -INFINITY;
+                    for (i64 t = 0; t < c * c; t++) minv[t] = 0.0f;
+                    return;
+                }
+                l[i * c + i] = sqrt(sum);
+            } else {
+                l[i * c + j] = sum / l[j * c + j];
+            }
+        }
+    }
+    double ld = 0.0;
+    for (i64 i = 0; i < c; i++) ld += log(l[i * c + i]);
+    out[slot] = 2.0 * ld;
+    for (i64 i = 0; i < c; i++) {
+        li[i * c + i] = 1.0 / l[i * c + i];
+        for (i64 j = 0; j < i; j++) {
+            double sum = 0.0;
+            for (i64 k = j; k < i; k++) sum += l[i * c + k] * li[k * c + j];
+            li[i * c + j] = -sum / l[i * c + i];
+        }
+    }
+    for (i64 i = 0; i < c; i++) {
+        for (i64 j = 0; j < c; j++) {
+            double sum = 0.0;
+            for (i64 k = (i > j ? i : j); k < c; k++) sum += li[k * c + i] * li[k * c + j];
+            minv[i * c + j] = (float)sum;
+        }
+    }
+}
+
+extern "C" __global__ void k_student_t(const float* z, const float* mu, i64 rows, i64 d, i64 k, double alpha, double e,
+                                      float* q) {
+    i64 r = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    double sum = 0.0;
+    for (i64 c = 0; c < k; c++) {
+        double d2 = 0.0;
+        for (i64 j = 0; j < d; j++) {
+            double diff = (double)z[r * d + j] - (double)mu[c * d + j];
+            d2 += diff * diff;
+        }
+        sum += pow(1.0 + d2 / alpha, -e);
+    }
+    for (i64 c = 0; c < k; c++) {
+        double d2 = 0.0;
+        for (i64 j = 0; j < d; j++) {
+            double diff = (double)z[r * d + j] - (double)mu[c * d + j];
+            d2 += diff * diff;
+        }
+        q[r * k + c] = (float)(pow(1.0 + d2 / alpha, -e) / sum);
+    }
+}
+
+// Per row: dz (added) and d loss / d u into tmp (rows x k).
+extern "C" __global__ void k_student_t_backward_rows(const float* z, const float* mu, const float* q, const float* dq,
+                                                    i64 rows, i64 d, i64 k, double alpha, double e, float* dz,
+                                                    double* tmp) {
+    i64 r = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    double dot = 0.0;
+    for (i64 c = 0; c < k; c++) dot += (double)q[r * k + c] * (double)dq[r * k + c];
+    for (i64 c = 0; c < k; c++) {
+        double d2 = 0.0;
+        for (i64 j = 0; j < d; j++) {
+            double diff = (double)z[r * d + j] - (double)mu[c * d + j];
+            d2 += diff * diff;
+        }
+        double u = 1.0 + d2 / alpha;
+        tmp[r * k + c] = ((double)dq[r * k + c] - dot) * (double)q[r * k + c] * (-e / u);
+    }
+    for (i64 j = 0; j < d; j++) {
+        double acc = 0.0;
+        for (i64 c = 0; c < k; c++)
+            acc += tmp[r * k + c] * 2.0 * ((double)z[r * d + j] - (double)mu[c * d + j]) / alpha;
+        dz[r * d + j] += (float)acc;
+    }
+}
+
+// dmu[c, j] -= sum over rows (in order) of tmp[r, c] * 2 (z - mu) / alpha.
+extern "C" __global__ void k_student_t_backward_mu(const float* z, const float* mu, const double* tmp, i64 rows, i64 d,
+                                                  i64 k, double alpha, float* dmu) {
+    i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= k * d) return;
+    i64 c = e / d, j = e % d;
+    double acc = 0.0;
+    for (i64 r = 0; r < rows; r++) acc += tmp[r * k + c] * 2.0 * ((double)z[r * d + j] - (double)mu[c * d + j]) / alpha;
+    dmu[e] -= (float)acc;
+}
+
+extern "C" __global__ void k_kl_target(const float* q, const float* p, i64 n, double denom, float* dq, double* out, i64 slot) {
+    __shared__ double sh[RED];
+    double loss = 0.0;
+    for (i64 i = threadIdx.x; i < n; i += RED) {
+        double qi = fmax((double)q[i], 1e-30), pi = (double)p[i];
+        if (pi > 0.0) loss += pi * log(pi / qi);
+        dq[i] = (float)(-pi / (qi * denom));
+    }
+    loss = block_sum(loss, sh);
+    if (threadIdx.x == 0) out[slot] = loss / denom;
+}
+
+extern "C" __global__ void k_spherepair_bce(const float* c, const float* y, const float* w, i64 n, double denom, float* dc,
+                                           double* out, i64 slot) {
+    __shared__ double sh[RED];
+    double loss = 0.0;
+    for (i64 i = threadIdx.x; i < n; i += RED) {
+        double ci = (double)c[i], yi = (double)y[i], wi = (double)w[i];
+        double sp = (ci + 1.0) / 2.0, sn = 1.0 - ci * ci;
+        double lp = -100.0, dp = 0.0, ln = -100.0, dn = 0.0;
+        if (sp > 0.0 && log(sp) > -100.0) { lp = log(sp); dp = 1.0 / (ci + 1.0); }
+        if (sn > 0.0 && log(sn) > -100.0) { ln = log(sn); dn = -2.0 * ci / sn; }
+        loss += wi * (-(yi * lp + (1.0 - yi) * ln));
+        dc[i] = (float)(wi * (-(yi * dp + (1.0 - yi) * dn)) / denom);
+    }
+    loss = block_sum(loss, sh);
+    if (threadIdx.x == 0) out[slot] = loss / denom;
+}

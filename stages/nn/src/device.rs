@@ -390,6 +390,107 @@ pub trait Device<T: Real>: Clone + Send + Sync + 'static {
         slot: usize,
     ) -> DResult<()>;
 
+    /// dx += s ⊙ (ds − ⟨ds_r, s_r⟩) row-wise, from the softmax output s (rows×cols).
+    fn softmax_backward(
+        &self,
+        s: &Self::Buf,
+        ds: &Self::Buf,
+        rows: usize,
+        cols: usize,
+        dx: &mut Self::Buf,
+    ) -> DResult<()>;
+
+    // ---- deep-clustering baselines ------------------------------------------------------
+    /// Co-assignment BCE of the pairs (i, n + i), i < n, of the rows of q (soft assignments,
+    /// ≥ 2n × c): P_i = q_iᵀ B q_{n+i} with B = σ(B′) from `b_raw` (c×c), or B = I without it;
+    /// P clamped to [eps, 1 − eps]; loss = (1/denom) Σ w_i BCE(y_i, P_i) into `out[slot]`.
+    /// dq (rows 0..2n) and dB′ are *added* to.
+    #[allow(clippy::too_many_arguments)]
+    fn pair_cobce(
+        &self,
+        q: &Self::Buf,
+        c: usize,
+        n: usize,
+        b_raw: Option<&Self::Buf>,
+        y: &Self::Buf,
+        w: &Self::Buf,
+        eps: f64,
+        denom: f64,
+        dq: &mut Self::Buf,
+        db_raw: Option<&mut Self::Buf>,
+        out: &mut Self::Scalars,
+        slot: usize,
+    ) -> DResult<()>;
+    /// For a symmetric positive definite c×c matrix m + eps·I: log det into `out[slot]` (f64,
+    /// by Cholesky) and the inverse into `minv`. A matrix that is not positive definite gives
+    /// −inf and a zero inverse (no gradient).
+    #[allow(clippy::too_many_arguments)]
+    fn spd_logdet_inverse(
+        &self,
+        m: &Self::Buf,
+        c: usize,
+        eps: f64,
+        out: &mut Self::Scalars,
+        slot: usize,
+        minv: &mut Self::Buf,
+    ) -> DResult<()>;
+    /// Student-t soft assignments of rows of z (rows×d) to centres mu (k×d):
+    /// q_jc ∝ (1 + ‖z_j − μ_c‖²/α)^(−e), rows normalised to 1.
+    #[allow(clippy::too_many_arguments)]
+    fn student_t(
+        &self,
+        z: &Self::Buf,
+        mu: &Self::Buf,
+        rows: usize,
+        d: usize,
+        k: usize,
+        alpha: f64,
+        e: f64,
+        q: &mut Self::Buf,
+    ) -> DResult<()>;
+    /// Backward of [`Device::student_t`] from its output q and dq: dz and dmu are added to.
+    #[allow(clippy::too_many_arguments)]
+    fn student_t_backward(
+        &self,
+        z: &Self::Buf,
+        mu: &Self::Buf,
+        q: &Self::Buf,
+        dq: &Self::Buf,
+        rows: usize,
+        d: usize,
+        k: usize,
+        alpha: f64,
+        e: f64,
+        dz: &mut Self::Buf,
+        dmu: &mut Self::Buf,
+    ) -> DResult<()>;
+    /// KL(P ‖ Q) of a fixed target p against q (rows×cols), summed over columns and divided by
+    /// `denom`, into `out[slot]`; dq = −p/(q·denom) written.
+    #[allow(clippy::too_many_arguments)]
+    fn kl_target(
+        &self,
+        q: &Self::Buf,
+        p: &Self::Buf,
+        denom: f64,
+        dq: &mut Self::Buf,
+        out: &mut Self::Scalars,
+        slot: usize,
+    ) -> DResult<()>;
+    /// Soft SpherePair BCE on pair cosines c: s⁺ = (c + 1)/2, s⁻ = c²,
+    /// loss = −(1/denom) Σ w_i [y_i log s⁺_i + (1 − y_i) log(1 − s⁻_i)] (logs floored at −100,
+    /// as PyTorch's BCE) into `out[slot]`; dc written.
+    #[allow(clippy::too_many_arguments)]
+    fn spherepair_bce(
+        &self,
+        c: &Self::Buf,
+        y: &Self::Buf,
+        w: &Self::Buf,
+        denom: f64,
+        dc: &mut Self::Buf,
+        out: &mut Self::Scalars,
+        slot: usize,
+    ) -> DResult<()>;
+
     // ---- ECI-PP ------------------------------------------------------------------------
     /// Screening and Bayesian-confidence fusion (Eqs. 10–11) in f64 per constraint:
     /// y_cor = softclip_ξ(y + Δ̂), gap = |softclip_ξ(ŷ_oof) − y_cor|, w = (1 − gap)^γ,

@@ -214,3 +214,82 @@ fn buffers_are_reused_after_reset() {
     assert_eq!(losses[0], losses[1]);
     assert_eq!(losses[1], losses[2]);
 }
+
+#[test]
+fn softmax_and_pair_co_assignment_bce_with_and_without_b() {
+    let mut s = setup(11);
+    let mut rng = Stream::new(12, &["braw"]);
+    let braw = s
+        .params
+        .add("braw", 3, 3, Init::Uniform(1.5), 1, &mut rng)
+        .unwrap();
+    let (w, b, x) = (s.w, s.b, s.x.clone());
+    let y = [0.9, 0.2];
+    let wts = [1.0, 0.5];
+    for with_b in [false, true] {
+        let x = x.clone();
+        check(&mut s.params, &move |g, p| {
+            let xi = g.input(&x, 5, 4)?;
+            let z = g.linear(p, xi, w, Some(b), Act::Tanh)?;
+            let q = g.softmax(z)?;
+            let yv = g.input(&y, 2, 1)?;
+            let wv = g.input(&wts, 2, 1)?;
+            g.pair_cobce(p, q, 2, with_b.then_some(braw), yv, wv, 1e-6, 2.0)
+        });
+    }
+}
+
+#[test]
+fn log_det_of_the_gram_matrix() {
+    let mut s = setup(13);
+    let (w, b, x) = (s.w, s.b, s.x.clone());
+    check(&mut s.params, &move |g, p| {
+        let xi = g.input(&x, 5, 4)?;
+        let z = g.linear(p, xi, w, Some(b), Act::Identity)?;
+        let q = g.softmax(z)?;
+        let ld = g.logdet_gram(q, 1e-6)?;
+        g.sum(&[(ld, -0.7)])
+    });
+}
+
+#[test]
+fn student_t_assignments_and_the_dec_kl_target() {
+    let mut s = setup(14);
+    let mut rng = Stream::new(15, &["mu"]);
+    let mu = s
+        .params
+        .add("mu", 2, 3, Init::Uniform(1.0), 0, &mut rng)
+        .unwrap();
+    let (w, b, x) = (s.w, s.b, s.x.clone());
+    // A fixed target distribution (5 rows × 2 clusters).
+    let target = [0.7, 0.3, 0.1, 0.9, 0.5, 0.5, 0.8, 0.2, 0.35, 0.65];
+    for e in [1.0, 2.0] {
+        let x = x.clone();
+        check(&mut s.params, &move |g, p| {
+            let xi = g.input(&x, 5, 4)?;
+            let z = g.linear(p, xi, w, Some(b), Act::Identity)?;
+            let q = g.student_t(p, z, mu, 1.0, e)?;
+            let pt = g.input(&target, 5, 2)?;
+            let kl = g.kl_target(q, pt, 5.0)?;
+            let sq = g.sq_error_host(q, &target, 0.3)?;
+            g.sum(&[(kl, 1.0), (sq, 1.0)])
+        });
+    }
+}
+
+#[test]
+fn soft_spherepair_loss_on_pair_cosines() {
+    let mut s = setup(16);
+    let (w, b, x) = (s.w, s.b, s.x.clone());
+    let y = [0.9, 0.1, 0.5, 0.0, 1.0];
+    let wts = [1.0, 0.5, 0.25, 0.8, 2.0];
+    check(&mut s.params, &move |g, p| {
+        let xi = g.input(&x, 5, 4)?;
+        let z = g.linear(p, xi, w, Some(b), Act::Identity)?;
+        let u = g.l2_normalize(z, 1e-12)?;
+        let c = g.pair_dot(u, &[0, 1, 2, 3, 4], &[1, 2, 3, 4, 0])?;
+        let yv = g.input(&y, 5, 1)?;
+        let wv = g.input(&wts, 5, 1)?;
+        g.spherepair_loss(c, yv, wv, 5.0)
+    });
+}

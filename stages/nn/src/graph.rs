@@ -77,6 +77,29 @@ enum Op<T: Real, D: Device<T>> {
     Sum {
         terms: Vec<(Var, f64)>,
     },
+    Softmax {
+        x: Var,
+    },
+    /// Pair co-assignment BCE: gradients w.r.t. q (whole buffer) and B′ from the forward pass.
+    PairCoBce {
+        q: Var,
+        d: D::Buf,
+        b: Option<(ParamId, D::Buf)>,
+    },
+    LogdetGram {
+        x: Var,
+        minv: D::Buf,
+    },
+    StudentT {
+        z: Var,
+        mu: ParamId,
+        alpha: f64,
+        e: f64,
+    },
+    KlTarget {
+        q: Var,
+        d: D::Buf,
+    },
 }
 
 struct Node<T: Real, D: Device<T>> {
@@ -140,7 +163,15 @@ impl<T: Real, D: Device<T>> Graph<T, D> {
                 Op::ProbPair { d, .. }
                 | Op::SqError { d, .. }
                 | Op::SoftmaxCe { d, .. }
-                | Op::Huber { d, .. } => self.give(d),
+                | Op::Huber { d, .. }
+                | Op::KlTarget { d, .. } => self.give(d),
+                Op::PairCoBce { d, b, .. } => {
+                    self.give(d);
+                    if let Some((_, db)) = b {
+                        self.give(db);
+                    }
+                }
+                Op::LogdetGram { minv, .. } => self.give(minv),
                 _ => {}
             }
         }
@@ -541,6 +572,150 @@ impl<T: Real, D: Device<T>> Graph<T, D> {
         Ok(self.push(rows, cols, Some(out), 0, false, Op::Input))
     }
 
+    /// Row-wise softmax, differentiable.
+    pub fn softmax(&mut self, x: Var) -> DResult<Var> {
+        let (rows, cols) = self.shape(x);
+        let mut out = self.take(rows * cols)?;
+        self.dev
+            .softmax_rows(val(&self.nodes, x), rows, cols, &mut out)?;
+        let needs = self.nodes[x.0].needs_grad;
+        Ok(self.push(rows, cols, Some(out), 0, needs, Op::Softmax { x }))
+    }
+
+    /// Co-assignment BCE of the pairs (i, n + i), i < n, of soft assignments q (≥ 2n rows):
+    /// P_i = q_iᵀ B q_{n+i}, B = σ(B′) with `b_raw` (a c×c parameter) or I; P clamped to
+    /// [eps, 1 − eps]; (1/denom) Σ w_i BCE(y_i, P_i). y and w are n×1 columns.
+    #[allow(clippy::too_many_arguments)]
+    pub fn pair_cobce(
+        &mut self,
+        params: &Params<T, D>,
+        q: Var,
+        n: usize,
+        b_raw: Option<ParamId>,
+        y: Var,
+        w: Var,
+        eps: f64,
+        denom: f64,
+    ) -> DResult<Var> {
+        let (rows, c) = self.shape(q);
+        assert!(rows >= 2 * n, "pair_cobce: {rows} rows for {n} pairs");
+        assert_eq!(self.shape(y).0, n);
+        let mut d = self.take_zeroed(rows * c)?;
+        let mut db = match b_raw {
+            Some(b) => {
+                assert_eq!(params.shape(b), (c, c), "B′ must be c×c");
+                Some((b, self.take_zeroed(c * c)?))
+            }
+            None => None,
+        };
+        let slot = self.slots(1);
+        self.dev.pair_cobce(
+            val(&self.nodes, q),
+            c,
+            n,
+            b_raw.map(|b| params.value(b)),
+            val(&self.nodes, y),
+            val(&self.nodes, w),
+            eps,
+            denom,
+            &mut d,
+            db.as_mut().map(|(_, buf)| buf),
+            &mut self.scalars,
+            slot,
+        )?;
+        Ok(self.push(1, 1, None, slot, true, Op::PairCoBce { q, d, b: db }))
+    }
+
+    /// log det(XᵀX + eps·I) of a rows×c matrix (the volume term of VolMaxDCC).
+    pub fn logdet_gram(&mut self, x: Var, eps: f64) -> DResult<Var> {
+        let (rows, c) = self.shape(x);
+        let mut m = self.take(c * c)?;
+        let spec = GemmSpec {
+            m: c,
+            n: c,
+            k: rows,
+            a_t: true,
+            b_t: false,
+            accumulate: false,
+        };
+        self.dev
+            .gemm(spec, val(&self.nodes, x), val(&self.nodes, x), &mut m)?;
+        let mut minv = self.take(c * c)?;
+        let slot = self.slots(1);
+        self.dev
+            .spd_logdet_inverse(&m, c, eps, &mut self.scalars, slot, &mut minv)?;
+        self.give(m);
+        Ok(self.push(1, 1, None, slot, true, Op::LogdetGram { x, minv }))
+    }
+
+    /// Student-t soft assignments of the rows of z to the centres of parameter `mu` (k×d):
+    /// q ∝ (1 + ‖z − μ‖²/α)^(−e) row-normalised (DEC: e = (α + 1)/2).
+    pub fn student_t(
+        &mut self,
+        params: &Params<T, D>,
+        z: Var,
+        mu: ParamId,
+        alpha: f64,
+        e: f64,
+    ) -> DResult<Var> {
+        let (rows, d) = self.shape(z);
+        let (k, md) = params.shape(mu);
+        assert_eq!(
+            md, d,
+            "student_t: centres of width {md} for embeddings of width {d}"
+        );
+        let mut q = self.take(rows * k)?;
+        self.dev.student_t(
+            val(&self.nodes, z),
+            params.value(mu),
+            rows,
+            d,
+            k,
+            alpha,
+            e,
+            &mut q,
+        )?;
+        Ok(self.push(rows, k, Some(q), 0, true, Op::StudentT { z, mu, alpha, e }))
+    }
+
+    /// KL(P ‖ Q) of the fixed target `p` (a constant input) against q, summed over columns and
+    /// divided by `denom`.
+    pub fn kl_target(&mut self, q: Var, p: Var, denom: f64) -> DResult<Var> {
+        let (rows, cols) = self.shape(q);
+        assert_eq!(self.shape(p), (rows, cols), "kl_target: target shape");
+        let mut d = self.take(rows * cols)?;
+        let slot = self.slots(1);
+        self.dev.kl_target(
+            val(&self.nodes, q),
+            val(&self.nodes, p),
+            denom,
+            &mut d,
+            &mut self.scalars,
+            slot,
+        )?;
+        Ok(self.push(1, 1, None, slot, true, Op::KlTarget { q, d }))
+    }
+
+    /// Soft SpherePair loss on pair cosines c (n×1) with targets y and weights w.
+    pub fn spherepair_loss(&mut self, c: Var, y: Var, w: Var, denom: f64) -> DResult<Var> {
+        let n = self.shape(c).0;
+        assert_eq!(self.shape(y).0, n);
+        assert_eq!(self.shape(w).0, n);
+        let mut d = self.take(n)?;
+        let slot = self.slots(1);
+        self.dev.spherepair_bce(
+            val(&self.nodes, c),
+            val(&self.nodes, y),
+            val(&self.nodes, w),
+            denom,
+            &mut d,
+            &mut self.scalars,
+            slot,
+        )?;
+        // The same backward as the other fused losses: d is d loss / d c.
+        Ok(self.push(1, 1, None, slot, true, Op::SqError { x: c, d }))
+    }
+
     /// Σ coef · term over scalar nodes.
     pub fn sum(&mut self, terms: &[(Var, f64)]) -> DResult<Var> {
         let slot = self.slots(1);
@@ -612,12 +787,100 @@ impl<T: Real, D: Device<T>> Graph<T, D> {
             }
             Op::SqError { x: src, d }
             | Op::SoftmaxCe { logits: src, d }
-            | Op::Huber { p: src, d } => {
+            | Op::Huber { p: src, d }
+            | Op::KlTarget { q: src, d }
+            | Op::PairCoBce { q: src, d, b: None } => {
                 let g = self.nodes[i].scalar_grad;
                 if g != 0.0 && self.nodes[src.0].needs_grad {
                     let mut gx = self.acc_grad(*src)?;
                     self.dev.axpy(T::from_f64(g), d, &mut gx)?;
                     self.nodes[src.0].grad = Some(gx);
+                }
+            }
+            Op::PairCoBce {
+                q,
+                d,
+                b: Some((b, db)),
+            } => {
+                let g = self.nodes[i].scalar_grad;
+                if g != 0.0 {
+                    if self.nodes[q.0].needs_grad {
+                        let mut gq = self.acc_grad(*q)?;
+                        let r = self.dev.axpy(T::from_f64(g), d, &mut gq);
+                        self.nodes[q.0].grad = Some(gq);
+                        r?;
+                    }
+                    self.dev.axpy(T::from_f64(g), db, params.grad_mut(*b)?)?;
+                }
+            }
+            Op::Softmax { x } => {
+                if let Some(dy) = self.nodes[i].grad.take() {
+                    let (rows, cols) = (self.nodes[i].rows, self.nodes[i].cols);
+                    let mut dx = self.acc_grad(*x)?;
+                    let r = self.dev.softmax_backward(
+                        self.nodes[i].value.as_ref().expect("value"),
+                        &dy,
+                        rows,
+                        cols,
+                        &mut dx,
+                    );
+                    self.nodes[x.0].grad = Some(dx);
+                    self.nodes[i].grad = Some(dy);
+                    r?;
+                }
+            }
+            Op::LogdetGram { x, minv } => {
+                let g = self.nodes[i].scalar_grad;
+                if g != 0.0 && self.nodes[x.0].needs_grad {
+                    let (rows, c) = (self.nodes[x.0].rows, self.nodes[x.0].cols);
+                    // d logdet(XᵀX)/dX = 2 X M⁻¹.
+                    let mut t = self.take(rows * c)?;
+                    let spec = GemmSpec {
+                        m: rows,
+                        n: c,
+                        k: c,
+                        a_t: false,
+                        b_t: false,
+                        accumulate: false,
+                    };
+                    self.dev.gemm(
+                        spec,
+                        self.nodes[x.0].value.as_ref().expect("value"),
+                        minv,
+                        &mut t,
+                    )?;
+                    let mut gx = self.acc_grad(*x)?;
+                    let r = self.dev.axpy(T::from_f64(2.0 * g), &t, &mut gx);
+                    self.nodes[x.0].grad = Some(gx);
+                    self.give(t);
+                    r?;
+                }
+            }
+            Op::StudentT { z, mu, alpha, e } => {
+                if let Some(dq) = self.nodes[i].grad.take() {
+                    let (rows, k) = (self.nodes[i].rows, self.nodes[i].cols);
+                    let d = self.nodes[z.0].cols;
+                    let mut dz = self.acc_grad(*z)?;
+                    let (muv, dmu, accumulate) = params.value_and_grad_for_write(*mu);
+                    if !accumulate {
+                        self.dev.fill(dmu, T::ZERO)?;
+                    }
+                    let r = self.dev.student_t_backward(
+                        self.nodes[z.0].value.as_ref().expect("value"),
+                        muv,
+                        self.nodes[i].value.as_ref().expect("value"),
+                        &dq,
+                        rows,
+                        d,
+                        k,
+                        *alpha,
+                        *e,
+                        &mut dz,
+                        dmu,
+                    );
+                    self.nodes[z.0].grad = Some(dz);
+                    self.nodes[i].grad = Some(dq);
+                    r?;
                 }
             }
             Op::Linear { x, w, b, act } => {

@@ -306,6 +306,93 @@ fn every_op<D: Device<f32>>(d: &D) -> Outputs {
     out.push(("clip_grad_norm a".into(), get(&g_a)));
     out.push(("clip_grad_norm b".into(), get(&g_b)));
     sc.push(("sum_squares".into(), vec![d.sum_squares(&up(&x)).unwrap()]));
+    // The baselines' ops.
+    let mut dsm = up(&rand(rows * cols, 35));
+    d.softmax_backward(&sm, &up(&rand(rows * cols, 36)), rows, cols, &mut dsm)
+        .unwrap();
+    out.push(("softmax_backward".into(), get(&dsm)));
+    let mut slots2 = d.scalars(8).unwrap();
+    let npairs = 7;
+    for with_b in [false, true] {
+        let braw = up(&rand(cols * cols, 37));
+        let mut dq = d.zeros(rows * cols).unwrap();
+        let mut db = d.zeros(cols * cols).unwrap();
+        let yv: Vec<f32> = rand(npairs, 38).iter().map(|v| v.abs()).collect();
+        d.pair_cobce(
+            &sm,
+            cols,
+            npairs,
+            with_b.then_some(&braw),
+            &up(&yv),
+            &up(&rand(npairs, 39).iter().map(|v| v.abs()).collect::<Vec<_>>()),
+            1e-6,
+            npairs as f64,
+            &mut dq,
+            with_b.then_some(&mut db),
+            &mut slots2,
+            usize::from(with_b),
+        )
+        .unwrap();
+        out.push((format!("pair_cobce b={with_b} dq"), get(&dq)));
+        out.push((format!("pair_cobce b={with_b} dB'"), get(&db)));
+    }
+    let mut gram = d.zeros(cols * cols).unwrap();
+    let spec = GemmSpec {
+        m: cols,
+        n: cols,
+        k: rows,
+        a_t: true,
+        b_t: false,
+        accumulate: false,
+    };
+    d.gemm(spec, &sm, &sm, &mut gram).unwrap();
+    let mut minv = d.zeros(cols * cols).unwrap();
+    d.spd_logdet_inverse(&gram, cols, 1e-3, &mut slots2, 2, &mut minv)
+        .unwrap();
+    out.push(("spd inverse".into(), get(&minv)));
+    let (k, dim) = (3, 5);
+    let z = up(&rand(rows * dim, 40));
+    let mu = up(&rand(k * dim, 41));
+    let mut q = d.zeros(rows * k).unwrap();
+    d.student_t(&z, &mu, rows, dim, k, 1.0, 1.0, &mut q)
+        .unwrap();
+    out.push(("student_t".into(), get(&q)));
+    let (mut dz, mut dmu) = (up(&rand(rows * dim, 42)), up(&rand(k * dim, 43)));
+    d.student_t_backward(
+        &z,
+        &mu,
+        &q,
+        &up(&rand(rows * k, 44)),
+        rows,
+        dim,
+        k,
+        1.0,
+        1.0,
+        &mut dz,
+        &mut dmu,
+    )
+    .unwrap();
+    out.push(("student_t_backward dz".into(), get(&dz)));
+    out.push(("student_t_backward dmu".into(), get(&dmu)));
+    let mut dkl = d.zeros(rows * k).unwrap();
+    let target: Vec<f32> = get(&q).iter().map(|v| v * v).collect();
+    d.kl_target(&q, &up(&target), rows as f64, &mut dkl, &mut slots2, 3)
+        .unwrap();
+    out.push(("kl_target dq".into(), get(&dkl)));
+    let cosv: Vec<f32> = rand(9, 45).iter().map(|v| v * 0.95).collect();
+    let mut dsp = d.zeros(9).unwrap();
+    d.spherepair_bce(
+        &up(&cosv),
+        &up(&rand(9, 46).iter().map(|v| v.abs()).collect::<Vec<_>>()),
+        &up(&[1.0; 9]),
+        9.0,
+        &mut dsp,
+        &mut slots2,
+        4,
+    )
+    .unwrap();
+    out.push(("spherepair_bce dc".into(), get(&dsp)));
+    sc.push(("baseline slots".into(), d.scalars_to_vec(&slots2).unwrap()));
     (out, sc)
 }
 
