@@ -791,7 +791,7 @@ impl<T: Real> Device<T> for Cpu {
         eps: f64,
         denom: f64,
         dq: &mut Vec<T>,
-        mut db_raw: Option<&mut Vec<T>>,
+        db_raw: Option<&mut Vec<T>>,
         out: &mut Vec<f64>,
         slot: usize,
     ) -> DResult<()> {
@@ -839,7 +839,7 @@ impl<T: Real> Device<T> for Cpu {
                 }
             }
         }
-        if let (Some(bm), Some(db)) = (&bmat, db_raw.as_deref_mut()) {
+        if let (Some(bm), Some(db)) = (&bmat, db_raw) {
             for j in 0..c * c {
                 db[j] += T::from_f64(dbm[j] * bm[j] * (1.0 - bm[j]));
             }

@@ -65,7 +65,7 @@ pub fn cholesky_logdet_inverse(a: &[f64], c: usize) -> Option<(f64, Vec<f64>)> {
                 sum -= l[i * c + k] * l[j * c + k];
             }
             if i == j {
-                if !(sum > 0.0) || !sum.is_finite() {
+                if sum.is_nan() || sum <= 0.0 || !sum.is_finite() {
                     return None;
                 }
                 l[i * c + i] = sum.sqrt();
