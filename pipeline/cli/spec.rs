@@ -91,6 +91,10 @@ pub struct DatasetSpec {
     pub n_classes: Option<usize>,
     #[serde(default = "default_embedding_dim")]
     pub embedding_dim: usize,
+    /// Training rows reserved for validation (the first this many of the training split):
+    /// what the baselines' hyperparameter searches score. The paper reserves 1000.
+    #[serde(default)]
+    pub validation: usize,
 }
 
 fn default_label_column() -> String {

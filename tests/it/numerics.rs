@@ -65,6 +65,7 @@ fn probpair_on_the_smoke_data_beats_kmeans_on_raw_pixels_in_nmi() {
             seed: 0,
         },
         n_classes: Some(10),
+        validation: 0,
     };
     let files = BTreeMap::from([(
         "data".to_string(),
@@ -82,8 +83,17 @@ fn probpair_on_the_smoke_data_beats_kmeans_on_raw_pixels_in_nmi() {
         k: 0,
         seed: 1,
     };
-    let (a, _) =
-        cluster::run(&cp, &f.x, f.dim, &f.labels, &f.is_test, &f.ids, f.n_classes).unwrap();
+    let (a, _) = cluster::run(
+        &cp,
+        &f.x,
+        f.dim,
+        &f.labels,
+        &f.is_test,
+        &f.is_val,
+        &f.ids,
+        f.n_classes,
+    )
+    .unwrap();
     let raw = metrics::run(&a);
     for (p, k) in scores.iter().zip(&raw) {
         assert_eq!(p.split, k.split);

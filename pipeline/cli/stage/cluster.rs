@@ -33,6 +33,7 @@ impl Task for ClusterTask {
             dim,
             &f.labels,
             &f.is_test,
+            &f.is_val,
             &f.ids,
             f.n_classes,
         )

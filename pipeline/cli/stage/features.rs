@@ -74,6 +74,7 @@ pub fn wire(w: &mut Wiring, name: &str) -> Result<usize> {
         scaling: d.scaling,
         split,
         n_classes: d.n_classes,
+        validation: d.validation,
     };
     let mut inputs = Vec::new();
     let mut displays = BTreeMap::new();

@@ -298,6 +298,8 @@ pub fn assign(x: &[f32], dim: usize, centroids: &[f64], rule: Assign) -> Vec<u32
 pub struct Assignments {
     pub ids: Vec<u32>,
     pub is_test: Vec<bool>,
+    /// Validation rows (empty or all false without a validation split).
+    pub is_val: Vec<bool>,
     pub label: Vec<u32>,
     pub cluster: Vec<u32>,
 }
@@ -306,7 +308,7 @@ impl Assignments {
     pub fn to_parquet(&self) -> Result<Vec<u8>> {
         TableBuilder::new()
             .u32("id", self.ids.clone())
-            .split("split", &self.is_test)
+            .split3("split", &self.is_test, &self.is_val)
             .u32("label", self.label.clone())
             .u32("cluster", self.cluster.clone())
             .to_parquet()
@@ -317,6 +319,7 @@ impl Assignments {
         Ok(Assignments {
             ids: t.u32("id")?,
             is_test: t.is_test("split")?,
+            is_val: t.is_val("split")?,
             label: t.u32("label")?,
             cluster: t.u32("cluster")?,
         })
@@ -330,11 +333,15 @@ pub fn run(
     dim: usize,
     labels: &[u32],
     is_test: &[bool],
+    is_val: &[bool],
     ids: &[u32],
     n_classes: usize,
 ) -> Result<(Assignments, KMeans)> {
     let k = if params.k == 0 { n_classes } else { params.k };
-    let train: Vec<usize> = (0..labels.len()).filter(|&i| !is_test[i]).collect();
+    // Centroids from the training rows; test and validation rows go to the nearest.
+    let train: Vec<usize> = (0..labels.len())
+        .filter(|&i| !is_test[i] && !is_val.get(i).copied().unwrap_or(false))
+        .collect();
     let xt: Vec<f32> = train
         .iter()
         .flat_map(|&i| z[i * dim..(i + 1) * dim].iter().copied())
@@ -351,6 +358,7 @@ pub fn run(
         Assignments {
             ids: ids.to_vec(),
             is_test: is_test.to_vec(),
+            is_val: is_val.to_vec(),
             label: labels.to_vec(),
             cluster,
         },

@@ -165,6 +165,12 @@ impl Constraints {
                         features.rows()
                     )));
                 }
+                if features.is_val.get(idx).copied().unwrap_or(false) {
+                    return Err(StageError::input(format!(
+                        "{what}: constraint {} uses instance {idx}, a validation row (reserved by the dataset's `validation`); constraints must use training rows",
+                        i + 1
+                    )));
+                }
                 if features.is_test[idx] != test_split {
                     return Err(StageError::input(format!(
                         "{what}: constraint {} uses instance {idx} from the {} split; training constraints must use training instances. \

@@ -477,6 +477,7 @@ mod tests {
             ids: (0..n as u32).collect(),
             labels: (0..n as u32).map(|i| i % 4).collect(),
             is_test: (0..n).map(|i| i >= 160).collect(),
+            is_val: vec![false; n],
             x: vec![0.0; n],
             dim: 1,
             n_classes: 4,

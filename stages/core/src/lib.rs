@@ -6,9 +6,12 @@
 //! Parquet codec they share. The `report` crate renders tables of results.
 
 pub mod check;
+pub mod cidec;
 pub mod cluster;
 pub mod constraints;
+pub mod dcc;
 pub mod eci;
+pub mod ensemble;
 pub mod error;
 pub mod expert;
 pub mod features;

@@ -207,14 +207,25 @@ pub fn scores(split: &str, truth: &[u32], pred: &[u32]) -> Scores {
     }
 }
 
-/// Train and test scores of assignments.
+/// Train and test scores of assignments (and validation scores when there is a validation
+/// split).
 pub fn run(a: &Assignments) -> Vec<Scores> {
-    ["train", "test"]
+    let is_val = |i: usize| a.is_val.get(i).copied().unwrap_or(false);
+    let has_val = (0..a.label.len()).any(is_val);
+    let splits: &[&str] = if has_val {
+        &["train", "test", "val"]
+    } else {
+        &["train", "test"]
+    };
+    splits
         .iter()
         .map(|&split| {
-            let want_test = split == "test";
             let (t, p): (Vec<u32>, Vec<u32>) = (0..a.label.len())
-                .filter(|&i| a.is_test[i] == want_test)
+                .filter(|&i| match split {
+                    "test" => a.is_test[i],
+                    "val" => is_val(i),
+                    _ => !a.is_test[i] && !is_val(i),
+                })
                 .map(|i| (a.label[i], a.cluster[i]))
                 .unzip();
             scores(split, &t, &p)

@@ -133,7 +133,7 @@ fn denoising_epochs<D: Device<f32>>(
     let mut batch_rng = Stream::new(seed, &["pretrain", "batches", &phase.label]);
     let mut noise_rng = Stream::new(seed, &["pretrain", "noise", &phase.label]);
     for epoch in 0..epochs {
-        opt.lr = step_lr(s.lr, s.lr_decay, s.lr_step, epoch);
+        opt.set_lr(step_lr(s.lr, s.lr_decay, s.lr_step, epoch));
         let order = batch_rng.permutation(rows);
         let order_dev = dev.upload_idx(&order)?;
         dev.scalars_fill(&mut acc, 0.0)?;

@@ -58,11 +58,25 @@ impl TableBuilder {
     }
     /// The train/test split column (`"train"` / `"test"`).
     pub fn split(self, name: &str, is_test: &[bool]) -> Self {
+        self.split3(name, is_test, &[])
+    }
+    /// A split column `train` / `test` / `val` (validation rows; `is_val` may be empty).
+    pub fn split3(self, name: &str, is_test: &[bool], is_val: &[bool]) -> Self {
         self.str(
             name,
             is_test
                 .iter()
-                .map(|&t| if t { "test" } else { "train" }.to_string())
+                .enumerate()
+                .map(|(i, &t)| {
+                    if t {
+                        "test"
+                    } else if is_val.get(i).copied().unwrap_or(false) {
+                        "val"
+                    } else {
+                        "train"
+                    }
+                    .to_string()
+                })
                 .collect(),
         )
     }
@@ -251,6 +265,10 @@ impl Table {
     /// A split column as `is_test` flags.
     pub fn is_test(&self, name: &str) -> Result<Vec<bool>> {
         Ok(self.str(name)?.iter().map(|s| s == "test").collect())
+    }
+    /// A split column as `is_val` flags (validation rows).
+    pub fn is_val(&self, name: &str) -> Result<Vec<bool>> {
+        Ok(self.str(name)?.iter().map(|s| s == "val").collect())
     }
     pub fn f32_opt(&self, name: &str) -> Result<Vec<Option<f32>>> {
         self.typed::<Float32Array, _>(name, "Float32", |a| a.iter().collect())

@@ -114,6 +114,94 @@ impl crate::check::Check for TrainSettings {
     }
 }
 
+/// The pairwise loss on the cosines of the normalised embeddings.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PairLoss {
+    /// The ProbPair read-out σ((cos − m)/T) with BCE (Section 4.1).
+    #[default]
+    ProbPair,
+    /// Soft SpherePair: s⁺ = (cos + 1)/2, s⁻ = cos², BCE with the real-valued y (App. C.2).
+    SoftSpherePair,
+}
+
+/// Early stopping on the epoch's training loss (SpherePair; ProbPair trains a fixed budget).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "rule", rename_all = "snake_case", deny_unknown_fields)]
+pub enum LossStop {
+    /// The papers: after epoch `after`, stop once the relative change of the loss stays
+    /// below `rel_tol` for `consecutive` epochs in a row.
+    Plateau {
+        after: usize,
+        rel_tol: f64,
+        consecutive: usize,
+    },
+    /// The SpherePair code: after epoch `after`, stop the first time the loss reaches a new
+    /// minimum (its `tol = 0` rule; the plateau rule is commented out there).
+    NewMinimum { after: usize },
+}
+
+/// Follows a [`LossStop`] rule across epochs.
+pub struct LossStopTracker {
+    rule: LossStop,
+    prev: Option<f64>,
+    min: f64,
+    below: usize,
+}
+
+impl LossStopTracker {
+    pub fn new(rule: &LossStop) -> Self {
+        LossStopTracker {
+            rule: rule.clone(),
+            prev: None,
+            min: f64::INFINITY,
+            below: 0,
+        }
+    }
+
+    /// The loss of epoch `epochs_done` (counting from 1): whether to stop now.
+    pub fn observe(&mut self, epochs_done: usize, loss: f64) -> bool {
+        let stop = match &self.rule {
+            LossStop::Plateau {
+                after,
+                rel_tol,
+                consecutive,
+            } => {
+                match self.prev {
+                    Some(p) if ((loss - p) / p).abs() < *rel_tol => self.below += 1,
+                    _ => self.below = 0,
+                }
+                epochs_done > *after && self.below >= *consecutive
+            }
+            LossStop::NewMinimum { after } => epochs_done > *after && loss < self.min,
+        };
+        self.prev = Some(loss);
+        self.min = self.min.min(loss);
+        stop
+    }
+}
+
+/// Expert-aware ensemble member e: constraints of other experts weigh α (App. C.4).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Member {
+    pub expert: u16,
+    pub alpha: f64,
+}
+
+/// α_i^(e): 1 for expert e's constraints, α for the others'.
+pub fn member_weights(experts: &[u16], member: Member) -> Vec<f32> {
+    experts
+        .iter()
+        .map(|&e| {
+            if e == member.expert {
+                1.0
+            } else {
+                member.alpha as f32
+            }
+        })
+        .collect()
+}
+
 /// Parameters of one training node.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TrainParams {
@@ -123,6 +211,19 @@ pub struct TrainParams {
     /// Start from the pretrained SDAE weights (the node then has a `weights` input).
     pub pretrained: bool,
     pub seed: u64,
+    /// The pair loss (omitted from keys when ProbPair's).
+    #[serde(skip_serializing_if = "is_probpair")]
+    pub loss: PairLoss,
+    /// Early stopping (none: the full budget of epochs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop: Option<LossStop>,
+    /// Expert-aware ensemble member (none: one model on all constraints).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub member: Option<Member>,
+}
+
+fn is_probpair(l: &PairLoss) -> bool {
+    *l == PairLoss::ProbPair
 }
 
 impl TrainParams {
@@ -139,6 +240,9 @@ impl TrainParams {
             embedding_dim,
             pretrained,
             seed,
+            loss: PairLoss::ProbPair,
+            stop: None,
+            member: None,
         }
     }
 }
@@ -305,6 +409,8 @@ pub struct PairBatches<'a, D: Device<f32>> {
 /// (the row order of every batch and the constraint order); targets and weights are gathered
 /// on the device; losses accumulate in device slots and are read back once per epoch.
 pub struct Trainer<D: Device<f32>> {
+    /// The pair loss this trainer optimises.
+    pub loss: PairLoss,
     opt: Adam<f32, D>,
     graph: G<D>,
     batch_rng: Stream,
@@ -327,6 +433,7 @@ impl<D: Device<f32>> Trainer<D> {
     ) -> Result<Self> {
         let dev = model.params.device();
         Ok(Trainer {
+            loss: PairLoss::ProbPair,
             settings: p.clone(),
             instances: x.train_indices(),
             opt: Adam::new(&model.params, vec![p.lr, p.readout_lr])?,
@@ -396,8 +503,12 @@ impl<D: Device<f32>> Trainer<D> {
             let cos = g.pair_dot_blocks(u, 0, n, n)?;
             let y = g.input_slice(&self.y_epoch, start, n, 1)?;
             let w = g.input_slice(&self.w_epoch, start, n, 1)?;
-            let pair =
-                g.probpair_loss(&model.params, cos, model.m_raw, model.t_raw, y, w, n as f64)?;
+            let pair = match self.loss {
+                PairLoss::ProbPair => {
+                    g.probpair_loss(&model.params, cos, model.m_raw, model.t_raw, y, w, n as f64)?
+                }
+                PairLoss::SoftSpherePair => g.spherepair_loss(cos, y, w, n as f64)?,
+            };
             g.accumulate(pair, 0, 1.0, &mut self.acc, 0)?;
             let loss = if !with_rec {
                 g.accumulate(pair, 0, 1.0, &mut self.acc, 2)?;
@@ -483,10 +594,18 @@ pub fn run<D: Device<f32>>(
     }
     let mut rng = Stream::new(p.seed, &["train", "init"]);
     let mut model = ProbPairModel::new(dev, p, features.dim, pretrained, &mut rng)?;
-    let weights = match p.weighting {
+    let mut weights = match p.weighting {
         Weighting::None => vec![1.0; constraints.len()],
         Weighting::Kappa => kappa(&constraints.y),
     };
+    if let Some(member) = p.member {
+        for (w, a) in weights
+            .iter_mut()
+            .zip(member_weights(&constraints.expert, member))
+        {
+            *w *= a;
+        }
+    }
     let x = dev.upload(&features.x)?;
     let targets = dev.upload(&constraints.y)?;
     let weights = dev.upload(&weights)?;
@@ -500,6 +619,8 @@ pub fn run<D: Device<f32>>(
     };
     let settings = &p.settings;
     let mut trainer = Trainer::new(&model, settings, features, p.seed, "probpair")?;
+    trainer.loss = p.loss;
+    let mut stop = p.stop.as_ref().map(LossStopTracker::new);
     let mut curve = Vec::new();
     let started = std::time::Instant::now();
     for epoch in 0..settings.epochs {
@@ -509,7 +630,15 @@ pub fn run<D: Device<f32>>(
             settings.epochs as u64,
             &format!("loss {:.4} m {:.3} T {:.3}", s.loss, s.m, s.t),
         );
+        let loss = s.loss;
         curve.push(s);
+        if stop.as_mut().is_some_and(|t| t.observe(epoch + 1, loss)) {
+            monitor.log(&format!(
+                "early stop after {} epochs (loss {loss:.5})",
+                epoch + 1
+            ));
+            break;
+        }
     }
     dev.synchronize()?;
     if let Some(last) = curve.last() {
@@ -518,7 +647,7 @@ pub fn run<D: Device<f32>>(
             last.loss, last.pair_loss, last.rec_loss, last.m, last.t
         ));
     }
-    let seconds_per_epoch = started.elapsed().as_secs_f64() / settings.epochs.max(1) as f64;
+    let seconds_per_epoch = started.elapsed().as_secs_f64() / curve.len().max(1) as f64;
     let emb = model
         .ae
         .embed(&model.params, &x, features.dim, Rows::All(features.rows()))?;
@@ -533,7 +662,7 @@ pub fn run<D: Device<f32>>(
 pub fn embeddings_to_parquet(features: &Features, emb: &[f32], dim: usize) -> Result<Vec<u8>> {
     TableBuilder::new()
         .u32("id", features.ids.clone())
-        .split("split", &features.is_test)
+        .split3("split", &features.is_test, &features.is_val)
         .f32_rows("z", dim, emb.to_vec())
         .to_parquet()
 }
@@ -571,6 +700,54 @@ mod tests {
             kl / den
         );
         assert!((k[4] as f64 - 0.154_6).abs() < 1e-3);
+    }
+
+    #[test]
+    fn loss_stop_rules_on_hand_made_curves() {
+        // Plateau: after epoch 2, relative change < 0.1 for 2 epochs in a row.
+        let mut t = LossStopTracker::new(&LossStop::Plateau {
+            after: 2,
+            rel_tol: 0.1,
+            consecutive: 2,
+        });
+        let stops: Vec<bool> = [1.0, 0.95, 0.93, 0.5, 0.48, 0.47]
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| t.observe(i + 1, l))
+            .collect();
+        // 0.95 (−5%), 0.93 (−2%): two below but epoch 3 > 2 → stop at epoch 3.
+        assert_eq!(stops, [false, false, true, false, false, true]);
+        // New minimum (the SpherePair code): the first new minimum after epoch 2.
+        let mut t = LossStopTracker::new(&LossStop::NewMinimum { after: 2 });
+        let stops: Vec<bool> = [1.0, 0.9, 0.95, 0.97, 0.85]
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| t.observe(i + 1, l))
+            .collect();
+        assert_eq!(stops, [false, false, false, false, true]);
+    }
+
+    #[test]
+    fn member_weights_are_one_for_the_own_expert_and_alpha_otherwise() {
+        let w = member_weights(
+            &[0, 1, 2, 1],
+            Member {
+                expert: 1,
+                alpha: 0.05,
+            },
+        );
+        assert_eq!(w, [0.05, 1.0, 0.05, 1.0]);
+        // α = 1: every member trains on the merged constraints alike.
+        assert_eq!(
+            member_weights(
+                &[0, 1],
+                Member {
+                    expert: 0,
+                    alpha: 1.0
+                }
+            ),
+            [1.0, 1.0]
+        );
     }
 
     #[test]

@@ -61,9 +61,10 @@ impl<T: Real, D: Device<T>> Adam<T, D> {
     }
 }
 
-/// SGD with momentum as `torch.optim.SGD(momentum=μ)` (no dampening, no Nesterov).
+/// SGD with momentum as `torch.optim.SGD(momentum=μ)` (no dampening, no Nesterov); plain SGD
+/// with μ = 0. `lrs[g]` is the learning rate of parameter group g (`lr` sets them all).
 pub struct Sgd<T: Real, D: Device<T>> {
-    pub lr: f64,
+    pub lrs: Vec<f64>,
     pub momentum: f64,
     first: bool,
     bufs: Vec<D::Buf>,
@@ -71,32 +72,36 @@ pub struct Sgd<T: Real, D: Device<T>> {
 
 impl<T: Real, D: Device<T>> Sgd<T, D> {
     pub fn new(params: &Params<T, D>, lr: f64, momentum: f64) -> DResult<Self> {
+        Self::with_groups(params, vec![lr], momentum)
+    }
+
+    /// One learning rate per parameter group.
+    pub fn with_groups(params: &Params<T, D>, lrs: Vec<f64>, momentum: f64) -> DResult<Self> {
         let dev = params.device();
         let bufs = params
             .ids()
             .map(|id| dev.zeros(dev.len(params.value(id))))
             .collect::<DResult<_>>()?;
         Ok(Sgd {
-            lr,
+            lrs,
             momentum,
             first: true,
             bufs,
         })
     }
 
+    /// Set every group's learning rate (a schedule with one group).
+    pub fn set_lr(&mut self, lr: f64) {
+        self.lrs.iter_mut().for_each(|l| *l = lr);
+    }
+
     pub fn step(&mut self, params: &mut Params<T, D>) -> DResult<()> {
         params.settle_grads()?;
         let dev = params.device().clone();
         for id in params.ids().collect::<Vec<_>>() {
+            let lr = self.lrs[params.group(id).min(self.lrs.len() - 1)];
             let (p, g) = params.value_and_grad_mut(id);
-            dev.sgd_momentum(
-                p,
-                g,
-                &mut self.bufs[id.0],
-                self.lr,
-                self.momentum,
-                self.first,
-            )?;
+            dev.sgd_momentum(p, g, &mut self.bufs[id.0], lr, self.momentum, self.first)?;
         }
         self.first = false;
         Ok(())

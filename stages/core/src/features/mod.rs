@@ -109,6 +109,15 @@ pub struct FeatureParams {
     pub split: Split,
     /// If set, labels must lie in 0..n_classes.
     pub n_classes: Option<usize>,
+    /// Rows reserved for validation: the first this many rows of the training split, in row
+    /// order (the reference code's `split_val`); they train nothing and are scored like test
+    /// rows. Omitted from the key when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub validation: usize,
+}
+
+fn is_zero(v: &usize) -> bool {
+    *v == 0
 }
 
 /// A dataset after this stage: every instance with its label and split.
@@ -117,6 +126,8 @@ pub struct Features {
     pub ids: Vec<u32>,
     pub labels: Vec<u32>,
     pub is_test: Vec<bool>,
+    /// Validation rows (never test rows); all false without a validation split.
+    pub is_val: Vec<bool>,
     /// Row-major, rows × dim.
     pub x: Vec<f32>,
     pub dim: usize,
@@ -146,8 +157,16 @@ impl Features {
         &self.x[i * self.dim..(i + 1) * self.dim]
     }
 
+    /// Training rows (validation rows excluded): what experts, constraints and reconstruction
+    /// use.
     pub fn train_indices(&self) -> Vec<usize> {
-        (0..self.rows()).filter(|&i| !self.is_test[i]).collect()
+        (0..self.rows())
+            .filter(|&i| !self.is_test[i] && !self.is_val[i])
+            .collect()
+    }
+
+    pub fn val_indices(&self) -> Vec<usize> {
+        (0..self.rows()).filter(|&i| self.is_val[i]).collect()
     }
 
     pub fn test_indices(&self) -> Vec<usize> {
@@ -167,7 +186,7 @@ impl Features {
         TableBuilder::new()
             .u32("id", self.ids.clone())
             .u32("label", self.labels.clone())
-            .split("split", &self.is_test)
+            .split3("split", &self.is_test, &self.is_val)
             .f32_rows("x", self.dim, self.x.clone())
             .meta("n_classes", self.n_classes)
             .meta("dim", self.dim)
@@ -190,10 +209,12 @@ impl Features {
                     .unwrap_or(0)
             });
         let is_test = t.is_test("split")?;
+        let is_val = t.is_val("split")?;
         Ok(Features {
             ids: t.u32("id")?,
             labels,
             is_test,
+            is_val,
             x,
             dim,
             n_classes,
@@ -354,10 +375,36 @@ pub fn build(params: &FeatureParams, files: &BTreeMap<String, SourceFile<'_>>) -
         )));
     }
     scale(&mut x, dim, &is_test, params.scaling);
+    // The validation rows: the first `validation` training rows, after the split and scaling.
+    let mut is_val = vec![false; rows];
+    if params.validation > 0 {
+        let train: Vec<usize> = (0..rows).filter(|&i| !is_test[i]).collect();
+        if params.validation >= train.len() {
+            return Err(StageError::input(format!(
+                "dataset {names}: `validation: {}` reserves every one of the {} training rows; lower it",
+                params.validation,
+                train.len()
+            )));
+        }
+        for &i in &train[..params.validation] {
+            is_val[i] = true;
+        }
+        let mut present = vec![false; n_classes];
+        for &i in &train[params.validation..] {
+            present[labels_u[i] as usize] = true;
+        }
+        if let Some(c) = present.iter().position(|p| !p) {
+            return Err(StageError::input(format!(
+                "dataset {names}: with `validation: {}`, class {c} has no training samples left; lower it",
+                params.validation
+            )));
+        }
+    }
     Ok(Features {
         ids: (0..rows as u32).collect(),
         labels: labels_u,
         is_test,
+        is_val,
         x,
         dim,
         n_classes,

@@ -17,6 +17,7 @@ fn params(format: DataFormat) -> FeatureParams {
             seed: 0,
         },
         n_classes: None,
+        validation: 0,
     }
 }
 
@@ -330,4 +331,44 @@ fn stratified_split_depends_on_seed_only_and_round_trips_through_parquet() {
     }
     let back = Features::from_parquet(&a.to_parquet().unwrap()).unwrap();
     assert_eq!(back, a);
+}
+
+#[test]
+fn a_validation_split_takes_the_first_training_rows_and_leaves_the_rest() {
+    // 40 rows, 4 classes, stratified 25% test: 30 training rows; reserve 6 of them.
+    let csv: String = (0..40).map(|i| format!("{}.0,{}\n", i, i % 4)).collect();
+    let mut p = params(DataFormat::Csv);
+    p.header = HeaderMode::No;
+    p.validation = 6;
+    let f = build(&p, &files(&[("data", csv.as_bytes())])).unwrap();
+    let first_train: Vec<usize> = (0..40).filter(|&i| !f.is_test[i]).take(6).collect();
+    assert_eq!(
+        f.val_indices(),
+        first_train,
+        "the first training rows, in row order"
+    );
+    let n_train = f.is_test.iter().filter(|t| !**t).count();
+    assert_eq!(f.train_indices().len(), n_train - 6);
+    assert!(f
+        .train_indices()
+        .iter()
+        .all(|&i| !f.is_val[i] && !f.is_test[i]));
+    // Through Parquet and back.
+    let g = Features::from_parquet(&f.to_parquet().unwrap()).unwrap();
+    assert_eq!(g.is_val, f.is_val);
+    assert_eq!(g.is_test, f.is_test);
+    // Reserving every training row is refused.
+    p.validation = n_train;
+    let e = build(&p, &files(&[("data", csv.as_bytes())])).unwrap_err();
+    assert!(
+        e.to_string().contains(&format!("validation: {n_train}")),
+        "{e}"
+    );
+}
+
+#[test]
+fn without_a_validation_split_the_key_and_the_table_are_unchanged() {
+    let p = params(DataFormat::Csv);
+    let j = serde_json::to_value(&p).unwrap();
+    assert!(j.get("validation").is_none(), "{j}");
 }
