@@ -1262,6 +1262,31 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
             if target.kind == TargetKind::Figure && !r.method.records_diagnostics() {
                 p.add(&at("method"), format!("target `{t}` (kind: figure) draws ECI-PP's held-out diagnostics; method `{m}` ({}) records none", r.method.kind()), None);
             }
+            if r.method.needs_multi_expert() {
+                for sup in &g.supervision {
+                    if !matches!(
+                        file.supervision.get(sup),
+                        Some(SupervisionSpec::Multi { .. })
+                    ) {
+                        p.add(&at("supervision"), format!("target `{t}`: method `{m}` ({}) has one member per expert and needs a multi-expert supervision setting; `{sup}` is not one", r.method.kind()), None);
+                    }
+                }
+            }
+            if r.method.needs_validation(&r.settings) {
+                for ds_name in &g.dataset {
+                    if file
+                        .datasets
+                        .get(ds_name)
+                        .is_some_and(|d| d.validation == 0)
+                    {
+                        p.add(
+                            &["datasets", ds_name, "validation"],
+                            format!("method `{m}` ({}) selects its hyperparameter by validation ACC, but dataset `{ds_name}` reserves no validation rows", r.method.kind()),
+                            Some("set `validation: N` on the dataset (the paper reserves 1000), or fix the hyperparameter (`volmax.lambda`, `ensemble.alpha`)".into()),
+                        );
+                    }
+                }
+            }
             if g.pretrain.contains(&true) && !r.method.pretrainable() {
                 p.add(&at("pretrain"), format!("target `{t}`: method `{m}` ({}) has no pretraining; use `pretrain: [false]` for it (or a separate target)", r.method.kind()), None);
             }
@@ -1301,10 +1326,10 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
             }
         }
         for s in &target.splits {
-            if s != "train" && s != "test" {
+            if s != "train" && s != "test" && s != "val" {
                 p.add(
                     &["targets", t, "splits"],
-                    format!("target `{t}`: split `{s}` must be `train` or `test`"),
+                    format!("target `{t}`: split `{s}` must be `train`, `test` or `val`"),
                     None,
                 );
             }

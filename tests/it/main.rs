@@ -13,6 +13,7 @@ mod explain;
 mod gc;
 mod golden;
 mod interop;
+mod methods;
 mod numerics;
 mod params;
 mod specs;

@@ -12,8 +12,12 @@ use crate::error::Result;
 use crate::spec::Resolver;
 use crate::wiring::{Cell, Wiring};
 
+pub mod cidec;
+pub mod dcc;
 pub mod eci_pp;
+pub mod ensemble;
 pub mod probpair;
+pub mod spherepair;
 
 /// A method's resolved settings (each method knows its own type).
 pub type Settings = Arc<dyn Any + Send + Sync>;
@@ -44,6 +48,14 @@ pub trait Method: Sync + Send {
     fn records_diagnostics(&self) -> bool {
         false
     }
+    /// Whether these settings select a hyperparameter on the datasets' validation rows.
+    fn needs_validation(&self, _settings: &Settings) -> bool {
+        false
+    }
+    /// Whether it needs a multi-expert supervision setting (one member per expert).
+    fn needs_multi_expert(&self) -> bool {
+        false
+    }
     /// Resolve and check its settings from the merged sections; problems go to `cx`.
     fn resolve(&self, cx: &mut Resolver) -> Option<Settings>;
     /// Add the nodes of one cell (on the dataset's `features` node) to the DAG.
@@ -58,9 +70,15 @@ pub trait Method: Sync + Send {
 
 /// Every method upcc implements.
 pub static REGISTRY: &[&dyn Method] = &[
+    &dcc::VanillaDcc,
+    &dcc::VolMaxDcc,
+    &cidec::Cidec,
+    &spherepair::SpherePair,
     &probpair::PROBPAIR,
     &probpair::WEIGHTED_PROBPAIR,
     &eci_pp::EciPp,
+    &ensemble::SP_EA,
+    &ensemble::WPP_EA,
 ];
 
 /// The method of a `kind` name.

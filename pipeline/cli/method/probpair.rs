@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use upcc_engine::{Task, TaskContext, TaskError};
-use upcc_stages::train::{self, TrainParams, TrainSettings, Weighting};
+use upcc_stages::train::{
+    self, LossStop, MemberOf, PairLoss, TrainParams, TrainSettings, Weighting,
+};
 
 use super::{settings, training_inputs, CellNodes, Method, Settings};
 use crate::error::Result;
@@ -43,10 +45,19 @@ pub struct TrainTask {
 impl Task for TrainTask {
     fn run(&self, ctx: &mut TaskContext) -> std::result::Result<(), TaskError> {
         let (f, c, weights) = training_inputs(ctx, self.params.pretrained)?;
+        let mut params = self.params.clone();
+        // An ensemble member whose α a selection node chose.
+        if let Some(m) = &mut params.member {
+            if m.alpha.is_none() {
+                let chosen = crate::stage::select::chosen(ctx.input("selection")?)?;
+                ctx.log(format!("α = {chosen} (selected by validation ACC)"));
+                m.alpha = Some(chosen);
+            }
+        }
         let dev = node_device(&self.compute, ctx)?;
         let r = on_device!(&dev, |d| train::run(
             d,
-            &self.params,
+            &params,
             &f,
             &c,
             weights.as_deref(),
@@ -104,6 +115,31 @@ pub fn wire_train(
     settings: TrainSettings,
     weighting: Weighting,
 ) -> Result<usize> {
+    wire_train_with(
+        w,
+        cell,
+        feat,
+        settings,
+        weighting,
+        PairLoss::ProbPair,
+        None,
+        None,
+    )
+}
+
+/// A training node of the shared angular trainer: the pair loss, early stopping, and for an
+/// ensemble member its expert, α (None: from the `selection` node given) and id suffix.
+#[allow(clippy::too_many_arguments)]
+pub fn wire_train_with(
+    w: &mut Wiring,
+    cell: &Cell,
+    feat: usize,
+    settings: TrainSettings,
+    weighting: Weighting,
+    loss: PairLoss,
+    stop: Option<LossStop>,
+    member: Option<(MemberOf, Option<usize>)>,
+) -> Result<usize> {
     let cons = stage::constraints::wire(w, feat, cell)?;
     let mut inputs = vec![
         input("features", feat, "features"),
@@ -113,17 +149,27 @@ pub fn wire_train(
         let p = stage::pretrain::wire(w, feat, cell, true)?;
         inputs.push(input("weights", p, "weights"));
     }
-    let params = TrainParams::new(
+    let mut params = TrainParams::new(
         settings,
         weighting,
         cell.dspec.embedding_dim,
         cell.pretrain,
         cell.seed,
     );
+    params.loss = loss;
+    params.stop = stop;
+    let mut id = format!("train/{}", cell.id(w));
+    if let Some((m, selection)) = member {
+        id.push_str(&format!("/e{}", m.expert));
+        params.member = Some(m);
+        if let Some(s) = selection {
+            inputs.push(input("selection", s, "chosen"));
+        }
+    }
     let resources = w.trainer(2048, 1024);
     let compute = w.compute.clone();
     w.add(NodeSpec {
-        id: format!("train/{}", cell.id(w)),
+        id,
         stage: "train",
         version: train::VERSION,
         numerics: Numerics::Device,

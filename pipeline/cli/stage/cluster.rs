@@ -49,6 +49,18 @@ impl Task for ClusterTask {
 
 /// k-means on output `output` (embeddings) of node `emb` for a cell: the `assignments` node.
 pub fn kmeans(w: &mut Wiring, feat: usize, emb: usize, output: &str, cell: &Cell) -> Result<usize> {
+    kmeans_named(w, feat, emb, output, cell, "")
+}
+
+/// [`kmeans`] with a suffix on the node id (one per ensemble member).
+pub fn kmeans_named(
+    w: &mut Wiring,
+    feat: usize,
+    emb: usize,
+    output: &str,
+    cell: &Cell,
+    suffix: &str,
+) -> Result<usize> {
     let params = cluster::ClusterParams {
         settings: w.spec.params.cluster.clone(),
         k: 0,
@@ -56,7 +68,7 @@ pub fn kmeans(w: &mut Wiring, feat: usize, emb: usize, output: &str, cell: &Cell
     };
     let resources = w.cpu(512);
     w.add(NodeSpec {
-        id: format!("cluster/{}", cell.id(w)),
+        id: format!("cluster/{}{suffix}", cell.id(w)),
         stage: "cluster",
         version: cluster::VERSION,
         numerics: Numerics::Exact,

@@ -7,4 +7,5 @@ pub mod expert;
 pub mod features;
 pub mod metrics;
 pub mod pretrain;
+pub mod select;
 pub mod table;

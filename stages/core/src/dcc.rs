@@ -273,7 +273,8 @@ pub enum DccOptimizer {
     VolMax {
         lr: f64,
         b_lr: f64,
-        lambda: f64,
+        /// None: given at run time (chosen by a selection node).
+        lambda: Option<f64>,
         volume_rows: usize,
         volume_eps: f64,
         b_diag: f64,
@@ -295,7 +296,7 @@ impl DccParams {
         }
     }
 
-    pub fn volmax(s: &VolMaxSettings, lambda: f64, seed: u64) -> Self {
+    pub fn volmax(s: &VolMaxSettings, lambda: Option<f64>, seed: u64) -> Self {
         DccParams {
             hidden: s.hidden.clone(),
             epochs: s.epochs,
@@ -451,7 +452,7 @@ pub fn run<D: Device<f32>>(
             let bce = g.pair_cobce(&params, q, n, b_raw, y, w, p.eps, n as f64)?;
             let loss = match &p.optimizer {
                 DccOptimizer::VolMax {
-                    lambda,
+                    lambda: Some(lambda),
                     volume_rows,
                     volume_eps,
                     ..

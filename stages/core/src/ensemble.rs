@@ -44,6 +44,9 @@ pub struct EnsembleSettings {
     /// Refuse consensus problems with more distinct member-label tuples than this (memory:
     /// 8 bytes per pair of tuples).
     pub max_tuples: usize,
+    /// Multi-expert settings share the α selected under this supervision setting when the spec
+    /// defines it (Table 6's caption: shared; App. C.4's text: per configuration, `null`).
+    pub shared_multi: Option<String>,
 }
 
 impl Default for EnsembleSettings {
@@ -54,6 +57,7 @@ impl Default for EnsembleSettings {
             search_runs: 3,
             linkage: Linkage::Average,
             max_tuples: 40_000,
+            shared_multi: Some("multi3".into()),
         }
     }
 }

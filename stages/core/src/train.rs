@@ -188,6 +188,13 @@ pub struct Member {
     pub alpha: f64,
 }
 
+/// A member as wired: α may be chosen later by a selection node (None until then).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct MemberOf {
+    pub expert: u16,
+    pub alpha: Option<f64>,
+}
+
 /// α_i^(e): 1 for expert e's constraints, α for the others'.
 pub fn member_weights(experts: &[u16], member: Member) -> Vec<f32> {
     experts
@@ -219,7 +226,7 @@ pub struct TrainParams {
     pub stop: Option<LossStop>,
     /// Expert-aware ensemble member (none: one model on all constraints).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub member: Option<Member>,
+    pub member: Option<MemberOf>,
 }
 
 fn is_probpair(l: &PairLoss) -> bool {
@@ -598,7 +605,14 @@ pub fn run<D: Device<f32>>(
         Weighting::None => vec![1.0; constraints.len()],
         Weighting::Kappa => kappa(&constraints.y),
     };
-    if let Some(member) = p.member {
+    if let Some(m) = p.member {
+        let alpha = m
+            .alpha
+            .ok_or_else(|| StageError::failed("internal: an ensemble member runs without its α"))?;
+        let member = Member {
+            expert: m.expert,
+            alpha,
+        };
         for (w, a) in weights
             .iter_mut()
             .zip(member_weights(&constraints.expert, member))

@@ -1,0 +1,192 @@
+//! Every compared method end to end on the tiny dataset: VanillaDCC, VolMaxDCC with its λ
+//! search, CIDEC, soft SpherePair, ProbPair, Weighted ProbPair, ECI-PP and the expert-aware
+//! ensembles with their α search; selections as nodes with early cutoff.
+
+use crate::util::*;
+
+pub const ALL_METHODS: &str = r#"
+name: methods
+datasets:
+  blobs:
+    format: csv
+    files: {data: blobs.csv}
+    scaling: standardize
+    split: {kind: stratified, test_fraction: 0.25, seed: 0}
+    embedding_dim: 4
+    validation: 30
+supervision:
+  lv0.1: {kind: single, level: 0.1}
+  multi2: {kind: multi, experts: 2}
+methods:
+  vanilla-dcc: {}
+  volmax-dcc: {}
+  cidec: {}
+  spherepair: {}
+  probpair: {}
+  weighted-probpair: {}
+  eci-pp: {train: {epochs: 4}, eci: {warmup_epochs: 2, folds: 3}}
+  sp-ea: {}
+  wpp-ea: {}
+trials: [1, 2]
+params:
+  expert: {hidden: [16], max_epochs: 20}
+  constraints: {budget: 300, corruption: 0.3, diagnostic_pairs: 50}
+  pretrain: {hidden: [16, 16], layerwise_epochs: 2, finetune_epochs: 2}
+  train: {hidden: [16, 16], epochs: 3}
+  dcc: {hidden: [16], epochs: 5}
+  volmax: {hidden: [16], epochs: 5, lambdas: [0, 0.01], search_runs: 2, volume_rows: 50}
+  cidec: {hidden: [16, 16], epochs: 5}
+  spherepair: {hidden: [16, 16], epochs: 3}
+  ensemble: {alphas: [0.1, 1.0], search_runs: 2}
+  cluster: {n_init: 2}
+targets:
+  pretrained:
+    grid: {dataset: [blobs], supervision: [multi2], method: [cidec, spherepair, probpair, weighted-probpair, eci-pp, sp-ea, wpp-ea], pretrain: [true]}
+    columns: [method]
+  dcc:
+    grid: {dataset: [blobs], supervision: [lv0.1, multi2], method: [vanilla-dcc, volmax-dcc], pretrain: [false]}
+    columns: [method]
+"#;
+
+fn setup() -> (Env, serde_json::Value) {
+    let env = Env::new();
+    env.write("spec.yaml", ALL_METHODS);
+    let r = env.run_ok(&[]);
+    (env, r)
+}
+
+#[test]
+fn every_method_runs_end_to_end_and_fills_its_cells() {
+    let (env, r) = setup();
+    assert_eq!(r["failed"], 0, "{r}");
+    for (t, methods) in [
+        (
+            "pretrained",
+            &[
+                "cidec",
+                "spherepair",
+                "probpair",
+                "weighted-probpair",
+                "eci-pp",
+                "sp-ea",
+                "wpp-ea",
+            ][..],
+        ),
+        ("dcc", &["vanilla-dcc", "volmax-dcc"][..]),
+    ] {
+        let table = r["tables"][t].as_str().unwrap();
+        assert!(!table.contains("— / —"), "every cell has a result: {table}");
+        for m in methods {
+            assert!(table.contains(m), "{m} in {table}");
+        }
+    }
+    // The selections are nodes; their chosen values are in the manifests.
+    let spec = env.spec();
+    let s = env.upcc(&["status", &spec, "--json"]).json();
+    let ids: Vec<&str> = s["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["id"].as_str().unwrap())
+        .collect();
+    for id in [
+        "select/volmax-dcc/blobs/lv0.1/nopre",
+        "select/volmax-dcc/blobs/multi2/nopre",
+        "select/sp-ea/blobs/multi2/pre",
+        "select/wpp-ea/blobs/multi2/pre",
+    ] {
+        assert!(ids.contains(&id), "{id} in {ids:?}");
+    }
+    let m = manifest(&env, &spec, "select/volmax-dcc/blobs/lv0.1/nopre", &[]);
+    let lambda = m["summary"]["lambda"].as_f64().unwrap();
+    assert!(lambda == 0.0 || lambda == 0.01, "{m}");
+    // Search runs are labelled by their parameter value; members of ensembles by expert.
+    assert!(
+        ids.contains(&"dcc/blobs/lv0.1/volmax-dcc@lambda=0.01/nopre/t2"),
+        "{ids:?}"
+    );
+    assert!(
+        ids.contains(&"train/blobs/multi2/sp-ea/pre/t1/e1"),
+        "{ids:?}"
+    );
+    assert!(
+        ids.contains(&"ensemble/blobs/multi2/wpp-ea/pre/t2"),
+        "{ids:?}"
+    );
+}
+
+#[test]
+fn a_selection_that_chooses_the_same_value_again_keeps_the_final_training_fresh() {
+    let (env, _) = setup();
+    // The same grid in another order: the selection reruns, chooses the same λ, and the final
+    // VolMaxDCC trainings stay fresh (early cutoff on the chosen value).
+    let r = env.run_ok(&["--set", "volmax.lambdas=[0.01, 0]"]);
+    let executed = ids_with(&r, "executed");
+    assert!(
+        executed.iter().any(|i| i.starts_with("select/volmax-dcc")),
+        "{executed:?}"
+    );
+    assert!(
+        !executed
+            .iter()
+            .any(|i| i.starts_with("dcc/blobs/lv0.1/volmax-dcc/")),
+        "the final trainings rerun: {executed:?}"
+    );
+}
+
+#[test]
+fn methods_are_checked_against_their_needs_before_anything_runs() {
+    let env = Env::new();
+    // A λ search without validation rows.
+    env.write("a.yaml", &ALL_METHODS.replace("    validation: 30\n", ""));
+    let spec = env.path("a.yaml").display().to_string();
+    let r = env.upcc(&["status", &spec]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.stderr.contains("reserves no validation rows") && r.stderr.contains("volmax-dcc"),
+        "{r:?}"
+    );
+    // An expert-aware ensemble under a single expert.
+    env.write(
+        "b.yaml",
+        &ALL_METHODS.replace(
+            "supervision: [multi2], method: [cidec",
+            "supervision: [lv0.1], method: [cidec",
+        ),
+    );
+    let spec = env.path("b.yaml").display().to_string();
+    let r = env.upcc(&["status", &spec]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.stderr
+            .contains("needs a multi-expert supervision setting"),
+        "{r:?}"
+    );
+    // Pretraining a method without an autoencoder.
+    env.write(
+        "c.yaml",
+        &ALL_METHODS.replace(
+            "method: [vanilla-dcc, volmax-dcc], pretrain: [false]",
+            "method: [vanilla-dcc, volmax-dcc], pretrain: [true]",
+        ),
+    );
+    let spec = env.path("c.yaml").display().to_string();
+    let r = env.upcc(&["status", &spec]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("has no pretraining"), "{r:?}");
+    // A section a method does not read, and bad values in a method's section.
+    env.write(
+        "d.yaml",
+        &ALL_METHODS.replace(
+            "  cidec: {}\n",
+            "  cidec: {cidec: {alpha: -1}, train: {epochs: 2}}\n",
+        ),
+    );
+    let spec = env.path("d.yaml").display().to_string();
+    let r = env.upcc(&["status", &spec]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.stderr.contains("sets `train`, which it does not read"),
+        "{r:?}"
+    );
+}
