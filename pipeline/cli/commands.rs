@@ -18,7 +18,7 @@ use crate::graph::{build, Built};
 use crate::select::{self, Selection};
 use crate::spec::TargetKind;
 use crate::spec::{self, Spec};
-use crate::stage::table::{cell_result, TableSource};
+use crate::stage::table::{render_target, TableInput, TableSource};
 
 /// The store named by `--store`, else `$UPCC_STORE`, else `artifacts/`.
 pub fn store_path(flag: &Option<PathBuf>) -> PathBuf {
@@ -244,12 +244,8 @@ fn render_views(
             out.push((t.name.clone(), text));
             continue;
         }
-        let source = if t.kind == TargetKind::Experts {
-            TableSource::Experts
-        } else {
-            TableSource::Metrics
-        };
-        let mut results = Vec::new();
+        let source = TableSource::of(t.kind);
+        let mut found: Vec<(&TableInput, Vec<u8>)> = Vec::new();
         for (cell, input) in t.cells.iter().zip(&t.inputs) {
             let e = &entries[cell.leaf];
             if e.status != NodeStatus::Fresh {
@@ -261,13 +257,18 @@ fn render_views(
                 else {
                     continue;
                 };
-                results.push(
-                    cell_result(source, input, &bytes).map_err(|e| CliError::env(e.to_string()))?,
-                );
+                found.push((input, bytes));
             }
         }
-        let r = upcc_report::render(&t.layout, &results, loaded.spec.trials.len())
-            .map_err(|e| CliError::internal(e.to_string()))?;
+        let inputs: Vec<(&TableInput, &[u8])> =
+            found.iter().map(|(i, b)| (*i, b.as_slice())).collect();
+        let trials = if source == TableSource::Selection {
+            1
+        } else {
+            loaded.spec.trials.len()
+        };
+        let r = render_target(source, &t.layout, &inputs, trials)
+            .map_err(|e| CliError::env(e.to_string()))?;
         out.push((t.name.clone(), r.markdown));
     }
     Ok(out)

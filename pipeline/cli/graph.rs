@@ -77,6 +77,7 @@ fn build_with(
             .budget
             .clone()
             .unwrap_or_else(|| vec![params.constraints.budget]);
+        let selection = target.kind == TargetKind::Selection;
         let mut cells = Vec::new();
         for ds in &g.dataset {
             let dspec = &spec.file.datasets[ds];
@@ -104,14 +105,23 @@ fn build_with(
                     for &budget in &budgets {
                         for method in &g.method {
                             let resolved = &spec.methods[method];
-                            for &pre in &g.pretrain {
-                                for &seed in &spec.trials {
+                            for pre in g.pretrain_for(resolved.method.pretrainable()) {
+                                // A selection is one per cell: its search runs use seeds
+                                // 1..=runs whatever the trials.
+                                let seeds = if selection {
+                                    &spec.trials[..1]
+                                } else {
+                                    &spec.trials[..]
+                                };
+                                for &seed in seeds {
                                     let mut coords = BTreeMap::from([
                                         ("dataset".to_string(), ds.clone()),
                                         ("supervision".to_string(), sup.clone()),
                                         ("method".to_string(), method.clone()),
-                                        ("pretrain".to_string(), pre.to_string()),
                                     ]);
+                                    if g.pretrain.is_some() {
+                                        coords.insert("pretrain".into(), pre.to_string());
+                                    }
                                     if g.corruption.is_some() {
                                         coords.insert("corruption".into(), fmt_f(pi));
                                     }
@@ -128,7 +138,21 @@ fn build_with(
                                         method,
                                         pretrain: pre,
                                         seed,
+                                        holdout: false,
                                     };
+                                    if selection {
+                                        let node = resolved
+                                            .method
+                                            .selection(&mut w, &cell, &resolved.settings)?
+                                            .expect("validated: selection targets list methods with a search");
+                                        cells.push(CellTrial {
+                                            coords,
+                                            trial: seed,
+                                            leaf: node,
+                                            output: "table",
+                                        });
+                                        continue;
+                                    }
                                     let nodes = resolved.method.wire(
                                         &mut w,
                                         &cell,
@@ -162,7 +186,7 @@ fn build_with(
                     "dataset" => g.dataset.clone(),
                     "supervision" => g.supervision.clone(),
                     "method" => g.method.clone(),
-                    "pretrain" => g.pretrain.iter().map(|b| b.to_string()).collect(),
+                    "pretrain" => g.pretrain.iter().flatten().map(|b| b.to_string()).collect(),
                     "corruption" => corruptions.iter().map(|c| fmt_f(*c)).collect(),
                     _ => budgets.iter().map(|b| b.to_string()).collect(),
                 };
@@ -200,7 +224,7 @@ fn build_with(
             .map(|(ti, c)| input(&ti.input, c.leaf, c.output))
             .collect();
         let node = match target.kind {
-            TargetKind::Table | TargetKind::Experts => w.add(NodeSpec {
+            TargetKind::Table | TargetKind::Experts | TargetKind::Selection => w.add(NodeSpec {
                 id: format!("table/{tname}"),
                 stage: "table",
                 version: TABLE_VERSION,
@@ -213,13 +237,9 @@ fn build_with(
                 ]),
                 resources: Wiring::small(256),
                 task: TableTask {
-                    source: if experts {
-                        TableSource::Experts
-                    } else {
-                        TableSource::Metrics
-                    },
+                    source: TableSource::of(target.kind),
                     layout: layout.clone(),
-                    trials: spec.trials.len(),
+                    trials: if selection { 1 } else { spec.trials.len() },
                     inputs: inputs.clone(),
                 },
             })?,

@@ -95,6 +95,27 @@ pub struct DatasetSpec {
     /// what the baselines' hyperparameter searches score. The paper reserves 1000.
     #[serde(default)]
     pub validation: usize,
+    /// `split` (default): the first rows of the training split in its own order (shuffled
+    /// for a stratified split, file order for official files); `rows`: in file row order.
+    #[serde(default)]
+    pub validation_order: upcc_stages::features::ValidationOrder,
+    /// Which runs lose the validation rows: `search` (default) only the hyperparameter
+    /// searches; `all` every training of the dataset.
+    #[serde(default)]
+    pub validation_scope: ValidationScope,
+}
+
+/// Which trainings of a dataset hold its validation rows out (FIDELITY.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ValidationScope {
+    /// Only the search runs; final runs and every other method train on the whole training
+    /// split (the paper: tuning on the split without the validation samples, then the final
+    /// run on the full training split).
+    #[default]
+    Search,
+    /// Every training of the dataset (the rows are reserved once, for everything).
+    All,
 }
 
 fn default_label_column() -> String {
@@ -143,7 +164,8 @@ pub struct TargetSpec {
     #[serde(default)]
     pub title: Option<String>,
     pub grid: GridSpec,
-    /// Axes spanning the columns (default: `method, pretrain`; `supervision` for experts).
+    /// Axes spanning the columns (default: `method`, and `pretrain` when the grid has it;
+    /// `supervision` for experts).
     #[serde(default)]
     pub columns: Option<Vec<String>>,
     #[serde(default = "default_metrics")]
@@ -162,14 +184,18 @@ pub enum TargetKind {
     Experts,
     /// ECI-PP's held-out diagnostics per iteration, drawn as the paper's 8-panel figure.
     Figure,
+    /// The hyperparameter each cell's search chose by validation ACC (VolMaxDCC's λ, the
+    /// ensembles' α: the paper's Tables 5 and 6); one value per cell, no trials.
+    Selection,
 }
 
 impl TargetSpec {
     pub fn columns(&self) -> Vec<String> {
         match (&self.columns, &self.kind) {
             (Some(c), _) => c.clone(),
-            (None, TargetKind::Experts) => vec!["supervision".into()],
-            (None, _) => vec!["method".into(), "pretrain".into()],
+            (None, TargetKind::Experts | TargetKind::Selection) => vec!["supervision".into()],
+            (None, _) if self.grid.pretrain.is_some() => vec!["method".into(), "pretrain".into()],
+            (None, _) => vec!["method".into()],
         }
     }
 }
@@ -187,16 +213,25 @@ pub struct GridSpec {
     pub supervision: Vec<String>,
     #[serde(default)]
     pub method: Vec<String>,
-    #[serde(default = "default_pretrain")]
-    pub pretrain: Vec<bool>,
+    /// Pretraining as an axis; absent: every method as the paper's main table runs it
+    /// (pretrained where the method has pretraining, VanillaDCC and VolMaxDCC without) and
+    /// no `pretrain` axis in the table.
+    #[serde(default)]
+    pub pretrain: Option<Vec<bool>>,
     #[serde(default)]
     pub corruption: Option<Vec<f64>>,
     #[serde(default)]
     pub budget: Option<Vec<usize>>,
 }
 
-fn default_pretrain() -> Vec<bool> {
-    vec![true]
+impl GridSpec {
+    /// The pretraining values a method runs under in this grid.
+    pub fn pretrain_for(&self, pretrainable: bool) -> Vec<bool> {
+        match &self.pretrain {
+            Some(v) => v.clone(),
+            None => vec![pretrainable],
+        }
+    }
 }
 
 /// Pretraining as the spec resolves it.
@@ -1259,6 +1294,9 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
         }
         for m in &g.method {
             let Some(r) = methods.get(m) else { continue };
+            if target.kind == TargetKind::Selection && !r.method.needs_validation(&r.settings) {
+                p.add(&at("method"), format!("target `{t}` (kind: selection) shows what a hyperparameter search chose; method `{m}` ({}) searches none with these settings", r.method.kind()), Some("list methods with a search (volmax-dcc, sp-ea, wpp-ea, without a fixed `volmax.lambda` / `ensemble.alpha`)".into()));
+            }
             if target.kind == TargetKind::Figure && !r.method.records_diagnostics() {
                 p.add(&at("method"), format!("target `{t}` (kind: figure) draws ECI-PP's held-out diagnostics; method `{m}` ({}) records none", r.method.kind()), None);
             }
@@ -1287,8 +1325,8 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
                     }
                 }
             }
-            if g.pretrain.contains(&true) && !r.method.pretrainable() {
-                p.add(&at("pretrain"), format!("target `{t}`: method `{m}` ({}) has no pretraining; use `pretrain: [false]` for it (or a separate target)", r.method.kind()), None);
+            if g.pretrain.as_ref().is_some_and(|v| v.contains(&true)) && !r.method.pretrainable() {
+                p.add(&at("pretrain"), format!("target `{t}`: method `{m}` ({}) has no pretraining; use `pretrain: [false]` for it, a separate target, or leave `pretrain` out of the grid (each method then runs as in the paper's main table)", r.method.kind()), None);
             }
         }
         for sup in &g.supervision {
@@ -1316,8 +1354,12 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
         let axes = axes_of(target);
         for col in &target.columns() {
             if !axes.contains(&col.as_str()) {
-                let hint = nearest(col, axes.iter().copied())
-                    .map(|n| format!("did you mean `{n}`? (axes: {})", axes.join(", ")));
+                let hint = if col == "pretrain" {
+                    Some("pretraining is an axis only when the grid lists it: add `pretrain: [true, false]` (or the values you want) to the grid".to_string())
+                } else {
+                    nearest(col, axes.iter().copied())
+                        .map(|n| format!("did you mean `{n}`? (axes: {})", axes.join(", ")))
+                };
                 p.add(
                     &["targets", t, "columns"],
                     format!("target `{t}`: column `{col}` is not an axis of its grid"),
@@ -1334,7 +1376,7 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
                 );
             }
         }
-        if g.pretrain.is_empty() {
+        if g.pretrain.as_ref().is_some_and(|v| v.is_empty()) {
             p.add(
                 &at("pretrain"),
                 format!("target `{t}`: `grid.pretrain` is empty"),
@@ -1344,7 +1386,7 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
         let cells = (g.dataset.len() as u128)
             .saturating_mul(g.supervision.len().max(1) as u128)
             .saturating_mul(g.method.len().max(1) as u128)
-            .saturating_mul(g.pretrain.len().max(1) as u128)
+            .saturating_mul(g.pretrain.as_ref().map_or(1, |v| v.len()).max(1) as u128)
             .saturating_mul(g.corruption.as_ref().map_or(1, |c| c.len()).max(1) as u128)
             .saturating_mul(g.budget.as_ref().map_or(1, |b| b.len()).max(1) as u128);
         node_estimate =
@@ -1394,7 +1436,9 @@ pub fn axes_of(target: &TargetSpec) -> Vec<&'static str> {
         a.push("budget");
     }
     a.push("method");
-    a.push("pretrain");
+    if g.pretrain.is_some() {
+        a.push("pretrain");
+    }
     a
 }
 

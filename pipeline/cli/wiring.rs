@@ -172,6 +172,9 @@ pub struct Cell<'s> {
     pub method: &'s str,
     pub pretrain: bool,
     pub seed: u64,
+    /// A hyperparameter-search run: trains on the training split without the dataset's
+    /// validation rows, which score it (the final runs use the full training split).
+    pub holdout: bool,
 }
 
 impl Cell<'_> {
@@ -187,11 +190,21 @@ impl Cell<'_> {
         s
     }
 
+    /// The dataset as node ids name it: `mnist5k`, or `mnist5k@val` for the nodes of search
+    /// runs (features without the validation rows, and everything trained on them).
+    pub fn data_id(&self) -> String {
+        if self.holdout {
+            format!("{}@val", self.dataset)
+        } else {
+            self.dataset.to_string()
+        }
+    }
+
     /// `dataset/supervision[/pi…][/n…]/method/pre|nopre/tN`: the id of the cell's nodes.
     pub fn id(&self, w: &Wiring) -> String {
         format!(
             "{}/{}{}/{}/{}/t{}",
-            self.dataset,
+            self.data_id(),
             self.supervision,
             self.axes_suffix(w),
             self.method,

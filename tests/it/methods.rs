@@ -46,6 +46,16 @@ targets:
   dcc:
     grid: {dataset: [blobs], supervision: [lv0.1, multi2], method: [vanilla-dcc, volmax-dcc], pretrain: [false]}
     columns: [method]
+  main:
+    title: "Without a pretrain axis: each method as the paper's main table runs it"
+    grid: {dataset: [blobs], supervision: [multi2], method: [vanilla-dcc, cidec, probpair]}
+  lambda:
+    kind: selection
+    grid: {dataset: [blobs], supervision: [lv0.1, multi2], method: [volmax-dcc]}
+  alpha:
+    kind: selection
+    grid: {dataset: [blobs], supervision: [multi2], method: [sp-ea, wpp-ea]}
+    columns: [method]
 "#;
 
 fn setup() -> (Env, serde_json::Value) {
@@ -82,13 +92,8 @@ fn every_method_runs_end_to_end_and_fills_its_cells() {
     }
     // The selections are nodes; their chosen values are in the manifests.
     let spec = env.spec();
-    let s = env.upcc(&["status", &spec, "--json"]).json();
-    let ids: Vec<&str> = s["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n["id"].as_str().unwrap())
-        .collect();
+    let ids = planned_ids(&env, &spec);
+    let ids: Vec<&str> = ids.iter().map(|s| s.as_str()).collect();
     for id in [
         "select/volmax-dcc/blobs/lv0.1/nopre",
         "select/volmax-dcc/blobs/multi2/nopre",
@@ -100,10 +105,57 @@ fn every_method_runs_end_to_end_and_fills_its_cells() {
     let m = manifest(&env, &spec, "select/volmax-dcc/blobs/lv0.1/nopre", &[]);
     let lambda = m["summary"]["lambda"].as_f64().unwrap();
     assert!(lambda == 0.0 || lambda == 0.01, "{m}");
-    // Search runs are labelled by their parameter value; members of ensembles by expert.
+    // The selection tables show the chosen values, one per cell.
+    let shown = if lambda == 0.0 {
+        "| blobs | volmax-dcc | 0 ("
+    } else {
+        "| blobs | volmax-dcc | 1e-2 ("
+    };
+    let table = r["tables"]["lambda"].as_str().unwrap();
     assert!(
-        ids.contains(&"dcc/blobs/lv0.1/volmax-dcc@lambda=0.01/nopre/t2"),
+        table.contains("| dataset | method | lv0.1 | multi2 |"),
+        "{table}"
+    );
+    assert!(table.contains(shown), "{table}\n{m}");
+    assert!(!table.contains("| —"), "{table}");
+    let table = r["tables"]["alpha"].as_str().unwrap();
+    assert!(
+        table.contains("| dataset | supervision | sp-ea | wpp-ea |"),
+        "{table}"
+    );
+    assert!(!table.contains("| —"), "{table}");
+    // Without a pretrain axis, VanillaDCC runs unpretrained next to pretrained methods in
+    // one row, and the table has no pretrain column.
+    let table = r["tables"]["main"].as_str().unwrap();
+    assert!(
+        table.contains("| dataset | supervision | metric | vanilla-dcc | cidec | probpair |"),
+        "{table}"
+    );
+    assert!(!table.contains("— / —"), "{table}");
+    assert!(ids.contains(&"cidec/blobs/multi2/cidec/pre/t1"), "{ids:?}");
+    // Search runs are labelled by their parameter value and train without the validation
+    // rows (`blobs@val`); the final runs and the other methods use every training row.
+    assert!(
+        ids.contains(&"dcc/blobs@val/lv0.1/volmax-dcc@lambda=0.01/nopre/t2"),
         "{ids:?}"
+    );
+    assert!(ids.contains(&"features/blobs@val"), "{ids:?}");
+    assert!(ids.contains(&"constraints/blobs@val/multi2/t1"), "{ids:?}");
+    assert!(ids.contains(&"pretrain/blobs@val/s0"), "{ids:?}");
+    assert!(
+        ids.contains(&"train/blobs/multi2/probpair/pre/t1"),
+        "{ids:?}"
+    );
+    let final_run = manifest(&env, &spec, "dcc/blobs/lv0.1/volmax-dcc/nopre/t1", &[]);
+    let search_run = manifest(
+        &env,
+        &spec,
+        "dcc/blobs@val/lv0.1/volmax-dcc@lambda=0.0/nopre/t1",
+        &[],
+    );
+    assert_ne!(
+        final_run["material"]["inputs"]["features"], search_run["material"]["inputs"]["features"],
+        "searches and final runs read different features"
     );
     assert!(
         ids.contains(&"train/blobs/multi2/sp-ea/pre/t1/e1"),
@@ -189,4 +241,47 @@ fn methods_are_checked_against_their_needs_before_anything_runs() {
         r.stderr.contains("sets `train`, which it does not read"),
         "{r:?}"
     );
+    // A selection table of a method without a search, and a pretrain column without the axis.
+    env.write(
+        "e.yaml",
+        &ALL_METHODS
+            .replace("method: [sp-ea, wpp-ea]", "method: [sp-ea, probpair]")
+            .replace(
+                "method: [vanilla-dcc, cidec, probpair]}",
+                "method: [vanilla-dcc, cidec, probpair]}\n    columns: [method, pretrain]",
+            ),
+    );
+    let spec = env.path("e.yaml").display().to_string();
+    let r = env.upcc(&["status", &spec]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.stderr.contains("(kind: selection)") && r.stderr.contains("`probpair`"),
+        "{r:?}"
+    );
+    assert!(r.stderr.contains("add `pretrain: [true, false]`"), "{r:?}");
+}
+
+#[test]
+fn validation_scope_all_holds_the_rows_out_of_every_training() {
+    let env = Env::new();
+    env.write(
+        "spec.yaml",
+        &ALL_METHODS.replace(
+            "    validation: 30\n",
+            "    validation: 30\n    validation_scope: all\n",
+        ),
+    );
+    let spec = env.spec();
+    let ids = planned_ids(&env, &spec);
+    let ids: Vec<&str> = ids.iter().map(|s| s.as_str()).collect();
+    assert!(!ids.iter().any(|i| i.contains("@val")), "{ids:?}");
+    assert!(
+        ids.contains(&"dcc/blobs/lv0.1/volmax-dcc@lambda=0.01/nopre/t2"),
+        "{ids:?}"
+    );
+    // One features node, with the validation rows in its key.
+    let f = env
+        .upcc(&["explain", &spec, "features/blobs", "--json"])
+        .json();
+    assert_eq!(f["params"]["validation"], 30, "{f}");
 }

@@ -212,6 +212,17 @@ pub fn ids_with(report: &Value, outcome: &str) -> Vec<String> {
     v
 }
 
+/// Every node id of a spec, as `status --json` plans it.
+pub fn planned_ids(env: &Env, spec: &str) -> Vec<String> {
+    let s = env.upcc(&["status", spec, "--json"]).json();
+    s["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
 /// (id, key) of every node of a report.
 pub fn keys(report: &Value) -> Vec<(String, String)> {
     let mut v: Vec<(String, String)> = report["nodes"]

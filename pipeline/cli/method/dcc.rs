@@ -154,44 +154,41 @@ impl Method for VolMaxDcc {
         let s: VolMaxSettings = cx.section("volmax")?;
         Some(Arc::new(s))
     }
-    fn wire(&self, w: &mut Wiring, cell: &Cell, s: &Settings, feat: usize) -> Result<CellNodes> {
+    fn selection(&self, w: &mut Wiring, cell: &Cell, s: &Settings) -> Result<Option<usize>> {
         let s: &VolMaxSettings = settings(s);
-        let node = match s.lambda {
-            Some(l) => wire_node(
-                w,
-                cell,
-                feat,
-                DccParams::volmax(s, Some(l), cell.seed),
-                None,
-            )?,
-            None => {
-                let sup = selection_supervision(w, cell, s.shared_multi.as_deref());
-                let selection = stage::select::wire(
-                    w,
-                    cell,
-                    sup,
-                    "lambda",
-                    &s.lambdas,
-                    s.search_runs,
-                    &mut |w, search, lambda| {
-                        wire_node(
-                            w,
-                            search,
-                            feat,
-                            DccParams::volmax(s, Some(lambda), search.seed),
-                            None,
-                        )
-                    },
-                )?;
+        if s.lambda.is_some() {
+            return Ok(None);
+        }
+        let sup = selection_supervision(w, cell, s.shared_multi.as_deref());
+        stage::select::wire(
+            w,
+            cell,
+            sup,
+            "lambda",
+            &s.lambdas,
+            s.search_runs,
+            &mut |w, search, feat, lambda| {
                 wire_node(
                     w,
-                    cell,
+                    search,
                     feat,
-                    DccParams::volmax(s, None, cell.seed),
-                    Some(selection),
-                )?
-            }
-        };
+                    DccParams::volmax(s, Some(lambda), search.seed),
+                    None,
+                )
+            },
+        )
+        .map(Some)
+    }
+    fn wire(&self, w: &mut Wiring, cell: &Cell, st: &Settings, feat: usize) -> Result<CellNodes> {
+        let selection = self.selection(w, cell, st)?;
+        let s: &VolMaxSettings = settings(st);
+        let node = wire_node(
+            w,
+            cell,
+            feat,
+            DccParams::volmax(s, s.lambda, cell.seed),
+            selection,
+        )?;
         Ok(CellNodes {
             train: node,
             assignments: node,

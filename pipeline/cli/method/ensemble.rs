@@ -185,26 +185,27 @@ impl Method for EnsembleMethod {
             base: base?,
         }))
     }
-    fn wire(&self, w: &mut Wiring, cell: &Cell, s: &Settings, feat: usize) -> Result<CellNodes> {
+    fn selection(&self, w: &mut Wiring, cell: &Cell, s: &Settings) -> Result<Option<usize>> {
         let r: &Resolved = settings(s);
-        let node = match r.ensemble.alpha {
-            Some(a) => self.wire_members(w, cell, r, feat, Some(a), None)?,
-            None => {
-                let sup = selection_supervision(w, cell, r.ensemble.shared_multi.as_deref());
-                let selection = stage::select::wire(
-                    w,
-                    cell,
-                    sup,
-                    "alpha",
-                    &r.ensemble.alphas,
-                    r.ensemble.search_runs,
-                    &mut |w, search, alpha| {
-                        self.wire_members(w, search, r, feat, Some(alpha), None)
-                    },
-                )?;
-                self.wire_members(w, cell, r, feat, None, Some(selection))?
-            }
-        };
+        if r.ensemble.alpha.is_some() {
+            return Ok(None);
+        }
+        let sup = selection_supervision(w, cell, r.ensemble.shared_multi.as_deref());
+        stage::select::wire(
+            w,
+            cell,
+            sup,
+            "alpha",
+            &r.ensemble.alphas,
+            r.ensemble.search_runs,
+            &mut |w, search, feat, alpha| self.wire_members(w, search, r, feat, Some(alpha), None),
+        )
+        .map(Some)
+    }
+    fn wire(&self, w: &mut Wiring, cell: &Cell, s: &Settings, feat: usize) -> Result<CellNodes> {
+        let selection = self.selection(w, cell, s)?;
+        let r: &Resolved = settings(s);
+        let node = self.wire_members(w, cell, r, feat, r.ensemble.alpha, selection)?;
         Ok(CellNodes {
             train: node,
             assignments: node,

@@ -58,6 +58,17 @@ pub trait Method: Sync + Send {
     }
     /// Resolve and check its settings from the merged sections; problems go to `cx`.
     fn resolve(&self, cx: &mut Resolver) -> Option<Settings>;
+    /// The selection node of a cell's hyperparameter search (its `table` output lists every
+    /// candidate's mean validation ACC and the chosen value), if these settings search one.
+    /// The search runs train on the dataset without its validation rows.
+    fn selection(
+        &self,
+        _w: &mut Wiring,
+        _cell: &Cell,
+        _settings: &Settings,
+    ) -> Result<Option<usize>> {
+        Ok(None)
+    }
     /// Add the nodes of one cell (on the dataset's `features` node) to the DAG.
     fn wire(
         &self,

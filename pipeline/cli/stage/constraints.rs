@@ -80,7 +80,8 @@ pub fn load(
 /// The constraints node of a cell (outputs `constraints` and `diagnostic`), with the experts
 /// it needs.
 pub fn wire(w: &mut Wiring, feat: usize, cell: &Cell) -> Result<usize> {
-    let (ds, sup, seed) = (cell.dataset, cell.supervision, cell.seed);
+    let (ds, sup, seed) = (cell.data_id(), cell.supervision, cell.seed);
+    let ds = ds.as_str();
     let mut labels = BTreeMap::from([
         ("stage".to_string(), "constraints".to_string()),
         ("dataset".to_string(), ds.to_string()),

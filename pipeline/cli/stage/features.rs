@@ -7,7 +7,7 @@ use upcc_engine::{InputDef, Source, SourceLocation, Task, TaskContext, TaskError
 use upcc_stages::features::{self, DataFormat, FeatureParams, Split, SplitKind};
 
 use crate::error::Result;
-use crate::spec::embedded;
+use crate::spec::{embedded, ValidationScope};
 use crate::wiring::{parquet, stage_err, NodeSpec, Numerics, Wiring};
 
 #[derive(Serialize)]
@@ -54,9 +54,23 @@ pub fn load(ctx: &TaskContext) -> std::result::Result<features::Features, TaskEr
     features::Features::from_parquet(ctx.input("features")?).map_err(stage_err)
 }
 
-/// The features node of dataset `name`.
+/// The features node of dataset `name`: every training row trains (unless the dataset's
+/// `validation_scope` is `all`).
 pub fn wire(w: &mut Wiring, name: &str) -> Result<usize> {
+    let all = w.spec.file.datasets[name].validation_scope == ValidationScope::All;
+    wire_with(w, name, all)
+}
+
+/// The features node the search runs of dataset `name` train on: its `validation` rows held
+/// out (split `val`).
+pub fn wire_holdout(w: &mut Wiring, name: &str) -> Result<usize> {
+    wire_with(w, name, true)
+}
+
+fn wire_with(w: &mut Wiring, name: &str, holdout: bool) -> Result<usize> {
     let d = &w.spec.file.datasets[name];
+    let validation = if holdout { d.validation } else { 0 };
+    let scope_all = d.validation_scope == ValidationScope::All;
     let separate = matches!(d.format, DataFormat::Idx | DataFormat::Npy);
     let split = d.split.unwrap_or(Split {
         kind: if d.files.contains_key(if separate { "x" } else { "data" }) {
@@ -74,7 +88,8 @@ pub fn wire(w: &mut Wiring, name: &str) -> Result<usize> {
         scaling: d.scaling,
         split,
         n_classes: d.n_classes,
-        validation: d.validation,
+        validation,
+        validation_order: (validation > 0).then_some(d.validation_order),
     };
     let mut inputs = Vec::new();
     let mut displays = BTreeMap::new();
@@ -94,7 +109,11 @@ pub fn wire(w: &mut Wiring, name: &str) -> Result<usize> {
         inputs.push((role.clone(), InputDef::Source(source)));
     }
     w.add(NodeSpec {
-        id: format!("features/{name}"),
+        id: if validation > 0 && !scope_all {
+            format!("features/{name}@val")
+        } else {
+            format!("features/{name}")
+        },
         stage: "features",
         version: features::VERSION,
         numerics: Numerics::Exact,

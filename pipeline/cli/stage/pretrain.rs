@@ -46,7 +46,7 @@ impl Task for PretrainTask {
 /// code; CIDEC's plain SDAE does not).
 pub fn wire(w: &mut Wiring, feat: usize, cell: &Cell, normalize_code: bool) -> Result<usize> {
     let ps = &w.spec.params.pretrain;
-    let ds = cell.dataset;
+    let ds = cell.data_id();
     let seed = if ps.per_trial { cell.seed } else { ps.seed };
     let mut settings = ps.settings.clone();
     settings.normalize_code = normalize_code && settings.normalize_code;

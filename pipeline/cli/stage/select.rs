@@ -104,8 +104,9 @@ pub fn chosen(bytes: &[u8]) -> std::result::Result<f64, TaskError> {
 
 /// Wire a search: for every grid value and run r = 1..=runs, `run` adds the nodes of one
 /// training of `cell` (its supervision `supervision`, trial seed r, the method labelled
-/// `method@parameter=value`) and returns its `assignments` node; each gets metrics; the selection
-/// node reads them all. Returns the selection node.
+/// `method@parameter=value`) on the features node it is given (the dataset without its
+/// validation rows) and returns its `assignments` node; each gets metrics; the selection node
+/// reads them all. Returns the selection node.
 #[allow(clippy::too_many_arguments)]
 pub fn wire(
     w: &mut Wiring,
@@ -114,10 +115,13 @@ pub fn wire(
     parameter: &str,
     grid: &[f64],
     runs: usize,
-    run: &mut dyn FnMut(&mut Wiring, &Cell, f64) -> Result<usize>,
+    run: &mut dyn FnMut(&mut Wiring, &Cell, usize, f64) -> Result<usize>,
 ) -> Result<usize> {
     let spec = w.spec;
     let sspec = &spec.file.supervision[supervision];
+    // The search trains without the validation rows (unless every training does anyway).
+    let holdout = cell.dspec.validation_scope != crate::spec::ValidationScope::All;
+    let feat = super::features::wire_holdout(w, cell.dataset)?;
     let mut inputs = Vec::new();
     for (i, &g) in grid.iter().enumerate() {
         let method = format!("{}@{parameter}={}", cell.method, crate::wiring::fmt_f(g));
@@ -132,8 +136,9 @@ pub fn wire(
                 method: &method,
                 pretrain: cell.pretrain,
                 seed: r as u64 + 1,
+                holdout,
             };
-            let assign = run(w, &search, g)?;
+            let assign = run(w, &search, feat, g)?;
             let m = super::metrics::wire(w, assign, &search)?;
             inputs.push(input(&format!("r{i}_{r}"), m, "metrics"));
         }

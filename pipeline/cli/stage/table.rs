@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 use upcc_engine::{Task, TaskContext, TaskError};
+use upcc_report::selection::ChosenCell;
 use upcc_report::{CellResult, ScoreRow, TableLayout};
 use upcc_stages::table::PARQUET_MEDIA_TYPE;
 use upcc_stages::{metrics, StageError};
@@ -36,6 +37,66 @@ pub enum TableSource {
     Metrics,
     /// Expert test accuracies (`experts` outputs): the mean over a setting's experts.
     Experts,
+    /// Chosen hyperparameters (selection nodes' `table` outputs).
+    Selection,
+}
+
+impl TableSource {
+    /// What a table target of this kind reads.
+    pub fn of(kind: crate::spec::TargetKind) -> Self {
+        use crate::spec::TargetKind;
+        match kind {
+            TargetKind::Experts => TableSource::Experts,
+            TargetKind::Selection => TableSource::Selection,
+            TargetKind::Table | TargetKind::Figure => TableSource::Metrics,
+        }
+    }
+}
+
+/// The chosen value of a selection node's `table` output, for a selection table.
+pub fn chosen_cell(input: &TableInput, bytes: &[u8]) -> Result<ChosenCell, StageError> {
+    let t = upcc_stages::table::Table::from_parquet(bytes, "selection table")?;
+    let parameter = t.meta("parameter").unwrap_or_default().to_string();
+    let value: f64 = t
+        .meta("chosen")
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| StageError::failed("the selection table records no chosen value"))?;
+    let values = t.f64("value")?;
+    let accs = t.f64("mean_val_acc")?;
+    let mean_val_acc = values
+        .iter()
+        .position(|v| *v == value)
+        .map(|i| accs[i])
+        .unwrap_or(f64::NAN);
+    Ok(ChosenCell {
+        coords: input.coords.clone(),
+        parameter,
+        value,
+        mean_val_acc,
+    })
+}
+
+/// Render a table target from the bytes of its inputs, in order.
+pub fn render_target(
+    source: TableSource,
+    layout: &TableLayout,
+    inputs: &[(&TableInput, &[u8])],
+    trials: usize,
+) -> Result<upcc_report::Rendered, StageError> {
+    let r = if source == TableSource::Selection {
+        let cells = inputs
+            .iter()
+            .map(|(i, b)| chosen_cell(i, b))
+            .collect::<Result<Vec<_>, _>>()?;
+        upcc_report::selection::render_chosen(layout, &cells)
+    } else {
+        let results = inputs
+            .iter()
+            .map(|(i, b)| cell_result(source, i, b))
+            .collect::<Result<Vec<_>, _>>()?;
+        upcc_report::render(layout, &results, trials)
+    };
+    r.map_err(|e| StageError::failed(e.to_string()))
 }
 
 #[derive(Serialize)]
@@ -88,12 +149,18 @@ pub fn cell_result(
 
 impl Task for TableTask {
     fn run(&self, ctx: &mut TaskContext) -> Result<(), TaskError> {
-        let mut results = Vec::new();
+        let mut bytes = Vec::new();
         for i in &self.inputs {
-            results.push(cell_result(self.source, i, ctx.input(&i.input)?).map_err(stage_err)?);
+            bytes.push(ctx.input(&i.input)?.to_vec());
         }
-        let r = upcc_report::render(&self.layout, &results, self.trials)
-            .map_err(|e| TaskError::Failed(e.to_string()))?;
+        let inputs: Vec<(&TableInput, &[u8])> = self
+            .inputs
+            .iter()
+            .zip(&bytes)
+            .map(|(i, b)| (i, b.as_slice()))
+            .collect();
+        let r =
+            render_target(self.source, &self.layout, &inputs, self.trials).map_err(stage_err)?;
         ctx.summary("cells", r.cells_total);
         ctx.put_output("table", r.parquet, PARQUET_MEDIA_TYPE, "table.parquet");
         ctx.put_output("markdown", r.markdown.into_bytes(), MARKDOWN, "table.md");

@@ -69,7 +69,11 @@ impl Default for CidecSettings {
             kmeans_init: 20,
             eps: 1e-7,
             grad_clip: None,
-            stop: AssignmentStop::default(),
+            // The code does not stop before epoch 30 (the paper is silent): FIDELITY.md.
+            stop: AssignmentStop {
+                min_epochs: 30,
+                ..AssignmentStop::default()
+            },
         }
     }
 }
@@ -322,7 +326,10 @@ pub fn run<D: Device<f32>>(
         monitor.progress(
             epoch as u64 + 1,
             s.epochs as u64,
-            &format!("loss {loss:.4}, changed {:.4}", change.unwrap_or(f64::NAN)),
+            &match change {
+                Some(c) => format!("loss {loss:.4}, assignments changed {:.2}%", 100.0 * c),
+                None => format!("loss {loss:.4}"),
+            },
         );
         if stop_now {
             monitor.log(&format!(

@@ -114,7 +114,12 @@ impl Default for DccSettings {
             batch_size: 256,
             grad_clip: Some(1.0),
             eps: 1e-7,
-            stop: AssignmentStop::default(),
+            // The paper: two consecutive checks; silent on a minimum, where the code waits
+            // for epoch 10 (FIDELITY.md).
+            stop: AssignmentStop {
+                min_epochs: 10,
+                ..AssignmentStop::default()
+            },
         }
     }
 }
@@ -209,7 +214,10 @@ impl Default for VolMaxSettings {
             b_diag: 1.0,
             b_off: -1.0,
             shared_multi: Some("multi3".into()),
-            stop: AssignmentStop::default(),
+            stop: AssignmentStop {
+                min_epochs: 10,
+                ..AssignmentStop::default()
+            },
         }
     }
 }
@@ -497,7 +505,10 @@ pub fn run<D: Device<f32>>(
         monitor.progress(
             epoch as u64 + 1,
             p.epochs as u64,
-            &format!("loss {loss:.4}, changed {:.4}", change.unwrap_or(f64::NAN)),
+            &match change {
+                Some(c) => format!("loss {loss:.4}, assignments changed {:.2}%", 100.0 * c),
+                None => format!("loss {loss:.4}"),
+            },
         );
         if stop_now {
             monitor.log(&format!(

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use arrow_array::builder::{BooleanBuilder, Float32Builder};
+use arrow_array::builder::{BooleanBuilder, Float32Builder, Float64Builder};
 use arrow_array::{
     Array, ArrayRef, BooleanArray, FixedSizeListArray, Float32Array, Float64Array, RecordBatch,
     StringArray, UInt16Array, UInt32Array,
@@ -82,6 +82,13 @@ impl TableBuilder {
     }
     pub fn f32_opt(self, name: &str, v: Vec<Option<f32>>) -> Self {
         let mut b = Float32Builder::with_capacity(v.len());
+        for x in v {
+            b.append_option(x);
+        }
+        self.push(name, Arc::new(b.finish()), true)
+    }
+    pub fn f64_opt(self, name: &str, v: Vec<Option<f64>>) -> Self {
+        let mut b = Float64Builder::with_capacity(v.len());
         for x in v {
             b.append_option(x);
         }

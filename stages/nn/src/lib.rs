@@ -1,8 +1,8 @@
 //! upcc-nn: a small reverse-mode autodiff layer over exactly the ops the paper needs.
 //!
 //! Matrix products run on the `gemm` crate; everything numeric goes through the [`Device`]
-//! trait so a GPU backend can be added without touching training code. Every op's backward
-//! pass is checked against central finite differences in f64 (`tests/gradcheck`).
+//! trait (CPU here, CUDA in `cuda.rs`), so training code is the same on both. Every op's backward
+//! pass is checked against central finite differences in f64 (`src/gradcheck.rs`).
 
 pub mod cpu;
 #[cfg(feature = "cuda")]

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 pub mod figure;
 mod png;
+pub mod selection;
 
 use polars::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -285,7 +286,7 @@ pub fn aggregate(
     Ok(out)
 }
 
-fn product(axes: &[(String, Vec<String>)]) -> Vec<Vec<String>> {
+pub(crate) fn product(axes: &[(String, Vec<String>)]) -> Vec<Vec<String>> {
     let mut out: Vec<Vec<String>> = vec![vec![]];
     for (_, values) in axes {
         out = out
@@ -302,6 +303,69 @@ fn product(axes: &[(String, Vec<String>)]) -> Vec<Vec<String>> {
     out
 }
 
+/// Which axes of a layout span rows and which span columns.
+pub(crate) struct Pivot<'a> {
+    layout: &'a TableLayout,
+    pub rows: Vec<(String, Vec<String>)>,
+    pub cols: Vec<(String, Vec<String>)>,
+}
+
+impl<'a> Pivot<'a> {
+    pub fn new(layout: &'a TableLayout) -> Result<Self, ReportError> {
+        let mut cols = Vec::new();
+        for c in &layout.columns {
+            match layout.axes.iter().find(|(a, _)| a == c) {
+                Some(axis) => cols.push(axis.clone()),
+                None => {
+                    return Err(ReportError::Layout(format!(
+                        "column axis `{c}` is not an axis of the grid"
+                    )))
+                }
+            }
+        }
+        let rows = layout
+            .axes
+            .iter()
+            .filter(|(a, _)| !layout.columns.contains(a))
+            .cloned()
+            .collect();
+        Ok(Pivot { layout, rows, cols })
+    }
+
+    /// The full coordinate (every axis, in layout order) of row `r` and column `c`.
+    pub fn coord(&self, r: &[String], c: &[String]) -> Vec<String> {
+        self.layout
+            .axes
+            .iter()
+            .map(|(a, _)| match self.rows.iter().position(|(x, _)| x == a) {
+                Some(i) => r[i].clone(),
+                None => c[self
+                    .cols
+                    .iter()
+                    .position(|(x, _)| x == a)
+                    .expect("a column")]
+                .clone(),
+            })
+            .collect()
+    }
+
+    /// A column's header: a single column axis, or the method, is named by its values alone.
+    pub fn col_name(&self, c: &[String]) -> String {
+        self.cols
+            .iter()
+            .zip(c)
+            .map(|((a, _), v)| {
+                if a == "method" || self.cols.len() == 1 {
+                    v.clone()
+                } else {
+                    format!("{a}={v}")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
 /// Render a table target from per-trial results.
 pub fn render(
     layout: &TableLayout,
@@ -309,50 +373,11 @@ pub fn render(
     expected_trials: usize,
 ) -> Result<Rendered, ReportError> {
     let agg = aggregate(layout, results)?;
-    for c in &layout.columns {
-        if !layout.axes.iter().any(|(a, _)| a == c) {
-            return Err(ReportError::Layout(format!(
-                "column axis `{c}` is not an axis of the grid"
-            )));
-        }
-    }
-    let row_axes: Vec<(String, Vec<String>)> = layout
-        .axes
-        .iter()
-        .filter(|(a, _)| !layout.columns.contains(a))
-        .cloned()
-        .collect();
-    let col_axes: Vec<(String, Vec<String>)> = layout
-        .columns
-        .iter()
-        .map(|c| {
-            layout
-                .axes
-                .iter()
-                .find(|(a, _)| a == c)
-                .expect("checked")
-                .clone()
-        })
-        .collect();
-    let rows = product(&row_axes);
-    let cols = product(&col_axes);
-    let full_coord = |r: &[String], c: &[String]| -> Vec<String> {
-        layout
-            .axes
-            .iter()
-            .map(|(a, _)| {
-                if let Some(i) = row_axes.iter().position(|(x, _)| x == a) {
-                    r[i].clone()
-                } else {
-                    c[col_axes
-                        .iter()
-                        .position(|(x, _)| x == a)
-                        .expect("axis is a row or a column")]
-                    .clone()
-                }
-            })
-            .collect()
-    };
+    let pivot = Pivot::new(layout)?;
+    let (row_axes, col_axes) = (&pivot.rows, &pivot.cols);
+    let full_coord = |r: &[String], c: &[String]| pivot.coord(r, c);
+    let rows = product(row_axes);
+    let cols = product(col_axes);
     let d = layout.settings.decimals;
     // A spread over one trial says nothing: show the mean alone.
     let fmt = |a: &Agg| {
@@ -362,21 +387,7 @@ pub fn render(
             format!("{:.d$}±{:.d$}", a.mean, a.std)
         }
     };
-    let col_name = |c: &[String]| -> String {
-        col_axes
-            .iter()
-            .zip(c)
-            .map(|((a, _), v)| {
-                // A single column axis, or the method, is named by its values alone.
-                if a == "method" || col_axes.len() == 1 {
-                    v.clone()
-                } else {
-                    format!("{a}={v}")
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
+    let col_name = |c: &[String]| pivot.col_name(c);
     let mut cells_total = 0;
     let mut cells_complete = 0;
     for r in &rows {
@@ -589,7 +600,7 @@ pub fn render(
     })
 }
 
-fn latex_escape(s: &str) -> String {
+pub(crate) fn latex_escape(s: &str) -> String {
     s.replace('\\', "\\textbackslash{}")
         .replace('_', "\\_")
         .replace('%', "\\%")
@@ -597,7 +608,7 @@ fn latex_escape(s: &str) -> String {
         .replace('#', "\\#")
 }
 
-fn csv_field(s: &str) -> String {
+pub(crate) fn csv_field(s: &str) -> String {
     if s.contains(',') || s.contains('"') {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {

@@ -109,11 +109,27 @@ pub struct FeatureParams {
     pub split: Split,
     /// If set, labels must lie in 0..n_classes.
     pub n_classes: Option<usize>,
-    /// Rows reserved for validation: the first this many rows of the training split, in row
-    /// order (the reference code's `split_val`); they train nothing and are scored like test
-    /// rows. Omitted from the key when 0.
+    /// Rows reserved for validation: the first this many rows of the training split (the
+    /// reference code's `split_val`), in the order `validation_order` gives; they train
+    /// nothing and are scored like test rows. Omitted from the key when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub validation: usize,
+    /// The order of the training split the validation rows are the first of; `None` (only
+    /// without a validation split) stays out of the key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validation_order: Option<ValidationOrder>,
+}
+
+/// Which training rows are "the first N of the training split".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ValidationOrder {
+    /// The split's own order, as scikit-learn's `train_test_split` returns it: shuffled (by
+    /// the split seed) for a stratified split, file order for official train/test files.
+    #[default]
+    Split,
+    /// Row order of the data file, whatever the split.
+    Rows,
 }
 
 fn is_zero(v: &usize) -> bool {
@@ -378,7 +394,11 @@ pub fn build(params: &FeatureParams, files: &BTreeMap<String, SourceFile<'_>>) -
     // The validation rows: the first `validation` training rows, after the split and scaling.
     let mut is_val = vec![false; rows];
     if params.validation > 0 {
-        let train: Vec<usize> = (0..rows).filter(|&i| !is_test[i]).collect();
+        let mut train: Vec<usize> = (0..rows).filter(|&i| !is_test[i]).collect();
+        let order = params.validation_order.unwrap_or_default();
+        if order == ValidationOrder::Split && params.split.kind == SplitKind::Stratified {
+            Stream::new(params.split.seed, &["features", "training-order"]).shuffle(&mut train);
+        }
         if params.validation >= train.len() {
             return Err(StageError::input(format!(
                 "dataset {names}: `validation: {}` reserves every one of the {} training rows; lower it",

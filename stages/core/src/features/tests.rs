@@ -18,6 +18,7 @@ fn params(format: DataFormat) -> FeatureParams {
         },
         n_classes: None,
         validation: 0,
+        validation_order: None,
     }
 }
 
@@ -335,11 +336,13 @@ fn stratified_split_depends_on_seed_only_and_round_trips_through_parquet() {
 
 #[test]
 fn a_validation_split_takes_the_first_training_rows_and_leaves_the_rest() {
-    // 40 rows, 4 classes, stratified 25% test: 30 training rows; reserve 6 of them.
+    // 40 rows, 4 classes, stratified 25% test: 30 training rows; reserve 6 of them, in row
+    // order.
     let csv: String = (0..40).map(|i| format!("{}.0,{}\n", i, i % 4)).collect();
     let mut p = params(DataFormat::Csv);
     p.header = HeaderMode::No;
     p.validation = 6;
+    p.validation_order = Some(ValidationOrder::Rows);
     let f = build(&p, &files(&[("data", csv.as_bytes())])).unwrap();
     let first_train: Vec<usize> = (0..40).filter(|&i| !f.is_test[i]).take(6).collect();
     assert_eq!(
@@ -364,6 +367,30 @@ fn a_validation_split_takes_the_first_training_rows_and_leaves_the_rest() {
         e.to_string().contains(&format!("validation: {n_train}")),
         "{e}"
     );
+}
+
+#[test]
+fn in_the_split_order_a_class_sorted_file_gives_validation_rows_of_every_class() {
+    // Rows sorted by class (as the vendored MNIST sample is): in row order the first 5
+    // training rows are all class 0; in a stratified split's own (shuffled) order they are
+    // a seeded draw over the classes, the same on every build.
+    let csv: String = (0..40).map(|i| format!("{}.0,{}\n", i, i / 10)).collect();
+    let mut p = params(DataFormat::Csv);
+    p.header = HeaderMode::No;
+    p.validation = 5;
+    p.validation_order = Some(ValidationOrder::Rows);
+    let rows = build(&p, &files(&[("data", csv.as_bytes())])).unwrap();
+    assert!(rows.val_indices().iter().all(|&i| rows.labels[i] == 0));
+    p.validation_order = None; // the default: the split's order
+    let a = build(&p, &files(&[("data", csv.as_bytes())])).unwrap();
+    let b = build(&p, &files(&[("data", csv.as_bytes())])).unwrap();
+    assert_eq!(a.is_val, b.is_val);
+    assert_eq!(a.is_test, rows.is_test, "the split itself does not move");
+    let classes: std::collections::BTreeSet<u32> =
+        a.val_indices().iter().map(|&i| a.labels[i]).collect();
+    assert!(classes.len() >= 2, "{classes:?}");
+    assert_eq!(a.val_indices().len(), 5);
+    assert!(a.val_indices().iter().all(|&i| !a.is_test[i]));
 }
 
 #[test]
