@@ -44,6 +44,18 @@ pub enum Command {
     Gc(GcArgs),
 }
 
+impl Command {
+    /// Whether the command prints JSON on stdout (`--json`).
+    pub fn json(&self) -> bool {
+        match self {
+            Command::Run(a) => a.spec.json,
+            Command::Status(a) => a.json,
+            Command::Explain(a) => a.json,
+            Command::Verify | Command::Gc(_) => false,
+        }
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct SpecArgs {
     /// Spec file (`smoke` for the embedded default), then selectors `key=value` (dataset,

@@ -4,39 +4,85 @@ use std::fmt;
 
 pub use upcc_engine::Tier;
 
-/// An error to show the user: the message, its causes and hints.
+/// Where a problem with the user's input is.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Place {
+    /// A line of a spec file.
+    Line { file: String, line: usize },
+    /// A spec file, where no line could be told.
+    File { file: String },
+    /// A `--set` argument (as given).
+    Set { arg: String },
+}
+
+impl fmt::Display for Place {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Place::Line { file, line } => write!(f, "{file}:{line}"),
+            Place::File { file } => write!(f, "{file}"),
+            Place::Set { arg } => write!(f, "`--set {arg}`"),
+        }
+    }
+}
+
+/// One located problem with the user's input: where, which field (dotted path), what is
+/// wrong, and how to fix it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Problem {
+    pub place: Place,
+    pub field: String,
+    pub message: String,
+    pub hint: Option<String>,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.place, self.message)
+    }
+}
+
+/// An error to show the user: the tier (which decides the exit code), the message, the located
+/// problems (all of a spec's at once), the chain of causes and hints.
 #[derive(Debug)]
 pub struct CliError {
     pub tier: Tier,
     pub message: String,
+    pub problems: Vec<Problem>,
     pub causes: Vec<String>,
     pub hints: Vec<String>,
 }
 
 impl CliError {
-    pub fn user(message: impl Into<String>) -> Self {
+    fn new(tier: Tier, message: String) -> Self {
         CliError {
-            tier: Tier::User,
-            message: message.into(),
+            tier,
+            message,
+            problems: vec![],
             causes: vec![],
             hints: vec![],
         }
+    }
+    pub fn user(message: impl Into<String>) -> Self {
+        Self::new(Tier::User, message.into())
     }
     pub fn env(message: impl Into<String>) -> Self {
-        CliError {
-            tier: Tier::Environment,
-            message: message.into(),
-            causes: vec![],
-            hints: vec![],
-        }
+        Self::new(Tier::Environment, message.into())
     }
     pub fn internal(message: impl Into<String>) -> Self {
-        CliError {
-            tier: Tier::Internal,
-            message: message.into(),
-            causes: vec![],
-            hints: vec![],
-        }
+        Self::new(Tier::Internal, message.into())
+    }
+    /// The problems of a spec (`display`): one is the message itself, several are listed.
+    pub fn problems(display: &str, problems: Vec<Problem>) -> Self {
+        let mut e = if let [p] = problems.as_slice() {
+            let mut e = Self::user(p.to_string());
+            e.hints.extend(p.hint.clone());
+            e
+        } else {
+            Self::user(format!("{display} has {} problems", problems.len()))
+        };
+        e.problems = problems;
+        e
     }
     pub fn hint(mut self, hint: impl Into<String>) -> Self {
         self.hints.push(hint.into());
@@ -53,11 +99,36 @@ impl CliError {
             Tier::Internal => 3,
         }
     }
+    /// The error as `--json` prints it on stdout.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "error": {
+                "tier": match self.tier {
+                    Tier::User => "user",
+                    Tier::Environment => "environment",
+                    Tier::Internal => "internal",
+                },
+                "exit_code": self.exit_code(),
+                "message": self.message,
+                "problems": self.problems,
+                "causes": self.causes,
+                "hints": self.hints,
+            }
+        })
+    }
 }
 
 impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "error: {}", self.message)?;
+        if self.problems.len() > 1 {
+            for p in &self.problems {
+                match &p.hint {
+                    Some(h) => writeln!(f, "  Caused by: {p} ({h})")?,
+                    None => writeln!(f, "  Caused by: {p}")?,
+                }
+            }
+        }
         for c in &self.causes {
             writeln!(f, "  Caused by: {c}")?;
         }
@@ -70,12 +141,7 @@ impl fmt::Display for CliError {
 
 impl From<upcc_engine::EngineError> for CliError {
     fn from(e: upcc_engine::EngineError) -> Self {
-        CliError {
-            tier: e.tier(),
-            message: e.to_string(),
-            causes: vec![],
-            hints: vec![],
-        }
+        CliError::new(e.tier(), e.to_string())
     }
 }
 
@@ -86,12 +152,7 @@ impl From<upcc_engine::StoreError> for CliError {
             | upcc_engine::StoreError::LayoutVersion { .. } => Tier::User,
             _ => Tier::Environment,
         };
-        CliError {
-            tier,
-            message: e.to_string(),
-            causes: vec![],
-            hints: vec![],
-        }
+        CliError::new(tier, e.to_string())
     }
 }
 

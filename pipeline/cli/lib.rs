@@ -43,6 +43,11 @@ pub fn main_entry() -> i32 {
         Ok(code) => code,
         Err(e) => {
             eprint!("{e}");
+            // With --json, the error is also one JSON object on stdout (located problems,
+            // causes, hints), so tools need not parse stderr.
+            if cli.command.json() {
+                println!("{}", e.to_json());
+            }
             e.exit_code()
         }
     }

@@ -21,7 +21,7 @@ use upcc_stages::expert::ClassifierParams;
 use upcc_stages::features::{DataFormat, HeaderMode, Scaling, Split, SplitKind};
 use upcc_stages::pretrain::PretrainSettings;
 
-use crate::error::{nearest, CliError, Result};
+use crate::error::{nearest, CliError, Place, Problem as SpecProblem, Result};
 use crate::method::{self, Method, Settings};
 
 /// The embedded default spec (a copy of `experiments/smoke.yaml`).
@@ -389,33 +389,37 @@ pub struct Locator<'a> {
 }
 
 impl Locator<'_> {
-    /// `--set ARG` if the value at `path` came from one, else `file:line` (or `file`).
-    pub fn place(&self, path: &[&str]) -> String {
+    /// The `--set ARG` if the value at `path` came from one, else `file:line` (or `file`).
+    pub fn place(&self, path: &[&str]) -> Place {
         for (p, arg) in self.overrides.iter().rev() {
             let n = p.len().min(path.len());
             if p[..n].iter().zip(&path[..n]).all(|(a, b)| a == b) {
-                return format!("`--set {arg}`");
+                return Place::Set { arg: arg.clone() };
             }
         }
-        match locate_path(self.text, path) {
-            Some(l) => format!("{}:{l}", self.display),
-            None => match path.last().and_then(|t| locate(self.text, t)) {
-                Some(l) => format!("{}:{l}", self.display),
-                None => self.display.to_string(),
-            },
+        let file = self.display.to_string();
+        match locate_path(self.text, path)
+            .or_else(|| path.last().and_then(|t| locate(self.text, t)))
+        {
+            Some(line) => Place::Line { file, line },
+            None => Place::File { file },
         }
     }
 }
 
 struct Problems<'a> {
     at: Locator<'a>,
-    list: Vec<(String, String, Option<String>)>,
+    list: Vec<SpecProblem>,
 }
 
 impl Problems<'_> {
     fn add(&mut self, path: &[&str], message: impl Into<String>, hint: Option<String>) {
-        let place = self.at.place(path);
-        let entry = (place, message.into(), hint);
+        let entry = SpecProblem {
+            place: self.at.place(path),
+            field: path.join("."),
+            message: message.into(),
+            hint,
+        };
         // Several methods reading one broken section find the same problem: report it once.
         if !self.list.contains(&entry) {
             self.list.push(entry);
@@ -476,22 +480,7 @@ impl Problems<'_> {
         if self.list.is_empty() {
             return Ok(());
         }
-        if self.list.len() == 1 {
-            let (place, msg, hint) = self.list.into_iter().next().expect("one");
-            let mut e = CliError::user(format!("{place}: {msg}"));
-            if let Some(h) = hint {
-                e = e.hint(h);
-            }
-            return Err(e);
-        }
-        let mut e = CliError::user(format!("{display} has {} problems", self.list.len()));
-        for (place, msg, hint) in self.list {
-            e = e.cause(match hint {
-                Some(h) => format!("{place}: {msg} ({h})"),
-                None => format!("{place}: {msg}"),
-            });
-        }
-        Err(e)
+        Err(CliError::problems(display, self.list))
     }
 }
 

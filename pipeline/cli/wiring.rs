@@ -242,10 +242,10 @@ impl Monitor for Mon<'_> {
 
 pub fn stage_err(e: StageError) -> upcc_engine::TaskError {
     use upcc_engine::TaskError;
-    match e {
-        StageError::Input(m) => TaskError::Input(m),
-        StageError::Failed(m) => TaskError::Failed(m),
-        StageError::Device(d) => TaskError::Failed(format!("device error: {d}")),
+    if e.is_user() {
+        TaskError::Input(e.to_string())
+    } else {
+        TaskError::Failed(e.to_string())
     }
 }
 

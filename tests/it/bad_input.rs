@@ -364,3 +364,37 @@ fn a_test_split_instance_error_says_how_to_find_training_rows() {
         "{r:?}"
     );
 }
+
+#[test]
+fn with_json_the_problems_come_located_on_stdout() {
+    let env = Env::new();
+    let bad = tiny_with("corruption: 0.3", "corruptoin: 0.3").replace("n_init: 2", "n_init: 0");
+    env.write("bad.yaml", &bad);
+    let spec = env.path("bad.yaml").display().to_string();
+    let r = env.upcc(&["status", &spec, "--json", "--set", "train.epochs=0"]);
+    assert_eq!(r.code, 2, "{r:?}");
+    let j = r.json();
+    let e = &j["error"];
+    assert_eq!(e["tier"], "user", "{j}");
+    assert_eq!(e["exit_code"], 2, "{j}");
+    let problems = e["problems"].as_array().unwrap();
+    assert!(problems.len() >= 2, "{j}");
+    let unknown = problems
+        .iter()
+        .find(|p| p["message"].as_str().unwrap().contains("corruptoin"))
+        .unwrap_or_else(|| panic!("{j}"));
+    assert_eq!(unknown["place"]["kind"], "line", "{j}");
+    assert_eq!(
+        unknown["place"]["line"],
+        line_of(TINY_SPEC, "corruption: 0.3") as u64,
+        "{j}"
+    );
+    assert_eq!(unknown["hint"], "did you mean `corruption`?", "{j}");
+    let set = problems
+        .iter()
+        .find(|p| p["place"]["kind"] == "set")
+        .unwrap_or_else(|| panic!("{j}"));
+    assert_eq!(set["place"]["arg"], "train.epochs=0", "{j}");
+    // The same problems on stderr, as text.
+    assert!(r.stderr.contains("`--set train.epochs=0`"), "{r:?}");
+}

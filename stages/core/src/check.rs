@@ -36,13 +36,10 @@ pub fn require(section: &str, problems: Vec<Problem>) -> Result<(), StageError> 
     if problems.is_empty() {
         return Ok(());
     }
-    Err(StageError::input(
-        problems
-            .iter()
-            .map(|p| format!("`{section}.{}`: {}", p.field, p.message))
-            .collect::<Vec<_>>()
-            .join("; "),
-    ))
+    Err(StageError::Params {
+        section: section.to_string(),
+        problems,
+    })
 }
 
 /// A collector with the usual rules.

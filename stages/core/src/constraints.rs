@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use serde::{Deserialize, Serialize};
 use upcc_nn::Stream;
 
-use crate::error::{Result, StageError};
+use crate::error::{DataPlace, Result, StageError};
 use crate::expert::ExpertProbs;
 use crate::features::Features;
 use crate::table::{Table, TableBuilder};
@@ -146,40 +146,50 @@ impl Constraints {
     }
 
     /// Check indices and values against the dataset: pairs within `rows`, on the training
-    /// split (unless `test_split`), y finite in [0, 1]. `what` names the source.
-    pub fn validate(&self, features: &Features, test_split: bool, what: &str) -> Result<()> {
+    /// split (unless `test_split`), y finite in [0, 1]. `file` names the source; constraint i
+    /// is its record i + 1.
+    pub fn validate(&self, features: &Features, test_split: bool, file: &str) -> Result<()> {
         for i in 0..self.len() {
+            let at = DataPlace::Row(i + 1);
             let y = self.y[i];
             if !y.is_finite() || !(0.0..=1.0).contains(&y) {
-                return Err(StageError::input(format!(
-                    "{what}: constraint {} has value y = {y}, outside [0, 1]; constraint values are probabilities",
-                    i + 1
-                )));
+                return Err(StageError::data(
+                    file,
+                    at,
+                    format!("the constraint's value y = {y} is outside [0, 1]; constraint values are probabilities"),
+                ));
             }
             for (name, idx) in [("a", self.a[i]), ("b", self.b[i])] {
                 let idx = idx as usize;
                 if idx >= features.rows() {
-                    return Err(StageError::input(format!(
-                        "{what}: constraint {} has {name} = {idx}, but the dataset has {} rows (0-based ids)",
-                        i + 1,
-                        features.rows()
-                    )));
+                    return Err(StageError::data(
+                        file,
+                        at,
+                        format!(
+                            "`{name}` = {idx}, but the dataset has {} rows (0-based ids)",
+                            features.rows()
+                        ),
+                    ));
                 }
                 if features.is_val.get(idx).copied().unwrap_or(false) {
-                    return Err(StageError::input(format!(
-                        "{what}: constraint {} uses instance {idx}, a validation row (reserved by the dataset's `validation`); constraints must use training rows",
-                        i + 1
-                    )));
+                    return Err(StageError::data(
+                        file,
+                        at,
+                        format!("the constraint uses instance {idx}, a validation row (reserved by the dataset's `validation`); constraints must use training rows"),
+                    ));
                 }
                 if features.is_test[idx] != test_split {
-                    return Err(StageError::input(format!(
-                        "{what}: constraint {} uses instance {idx} from the {} split; training constraints must use training instances. \
+                    return Err(StageError::data(
+                        file,
+                        at,
+                        format!(
+                        "the constraint uses instance {idx} from the {} split; training constraints must use training instances. \
                          Instances are the dataset's 0-based rows (with separate train and test files, the train file's rows first); the dataset's split decides which are training rows: \
                          `upcc run SPEC stage=features` then `upcc explain SPEC features/DATASET` gives the features table, whose `id` column \
                          lists the rows and `split` column says `train` or `test` (README: Your own constraints)",
-                        i + 1,
                         if features.is_test[idx] { "test" } else { "training" }
-                    )));
+                    ),
+                    ));
                 }
             }
         }
@@ -321,9 +331,10 @@ pub fn from_user_file(display: &str, bytes: &[u8], features: &Features) -> Resul
             vec![0.0; y.len()]
         };
         for i in 0..y.len() {
-            c.a.push(to_index(display, "a", i, a[i])?);
-            c.b.push(to_index(display, "b", i, b[i])?);
-            c.expert.push(expert_id(display, i, e[i])?);
+            let at = DataPlace::Row(i + 1);
+            c.a.push(to_index(display, "a", at, a[i])?);
+            c.b.push(to_index(display, "b", at, b[i])?);
+            c.expert.push(expert_id(display, at, e[i])?);
             c.y.push(y[i] as f32);
         }
     } else {
@@ -347,26 +358,26 @@ pub fn from_user_file(display: &str, bytes: &[u8], features: &Features) -> Resul
         for (no, line) in lines {
             let f: Vec<&str> = line.split(',').map(|s| s.trim()).collect();
             if f.len() != cols.len() {
-                return Err(StageError::input(format!(
-                    "`{display}` line {}: {} fields, expected {}",
-                    no + 1,
-                    f.len(),
-                    cols.len()
-                )));
+                return Err(StageError::data(
+                    display,
+                    DataPlace::Line(no + 1),
+                    format!("{} fields, expected {}", f.len(), cols.len()),
+                ));
             }
             let num = |j: usize| -> Result<f64> {
                 f[j].parse::<f64>().map_err(|_| {
-                    StageError::input(format!(
-                        "`{display}` line {}: `{}` is not a number",
-                        no + 1,
-                        f[j]
-                    ))
+                    StageError::data(
+                        display,
+                        DataPlace::Line(no + 1),
+                        format!("`{}` is not a number", f[j]),
+                    )
                 })
             };
-            c.a.push(to_index(display, "a", no, num(ia)?)?);
-            c.b.push(to_index(display, "b", no, num(ib)?)?);
+            let at = DataPlace::Line(no + 1);
+            c.a.push(to_index(display, "a", at, num(ia)?)?);
+            c.b.push(to_index(display, "b", at, num(ib)?)?);
             c.expert.push(match ie {
-                Some(j) => expert_id(display, no, num(j)?)?,
+                Some(j) => expert_id(display, at, num(j)?)?,
                 None => 0,
             });
             c.y.push(num(iy)? as f32);
@@ -398,27 +409,29 @@ pub fn from_user_file(display: &str, bytes: &[u8], features: &Features) -> Resul
             e - 1
         )));
     }
-    c.validate(features, false, &format!("`{display}`"))?;
+    c.validate(features, false, display)?;
     Ok(c)
 }
 
-fn expert_id(display: &str, row: usize, v: f64) -> Result<u16> {
-    let i = to_index(display, "expert", row, v)?;
+fn expert_id(display: &str, at: DataPlace, v: f64) -> Result<u16> {
+    let i = to_index(display, "expert", at, v)?;
     u16::try_from(i).map_err(|_| {
-        StageError::input(format!(
-            "`{display}` row {}: expert id {i} is too large (experts are numbered 0..E−1)",
-            row + 1
-        ))
+        StageError::data(
+            display,
+            at,
+            format!("expert id {i} is too large (experts are numbered 0..E−1)"),
+        )
     })
 }
 
-fn to_index(display: &str, name: &str, row: usize, v: f64) -> Result<u32> {
+fn to_index(display: &str, name: &str, at: DataPlace, v: f64) -> Result<u32> {
     if v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v <= u32::MAX as f64 {
         Ok(v as u32)
     } else {
-        Err(StageError::input(format!(
-            "`{display}` row {}: `{name}` = {v} is not a non-negative integer index",
-            row + 1
-        )))
+        Err(StageError::data(
+            display,
+            at,
+            format!("`{name}` = {v} is not a non-negative integer index"),
+        ))
     }
 }

@@ -156,8 +156,10 @@ pub struct Table {
 impl Table {
     /// Read Parquet bytes; `what` names the table in error messages.
     pub fn from_parquet(bytes: &[u8], what: &str) -> Result<Table> {
-        let bad =
-            |e: String| StageError::input(format!("{what} is not a readable Parquet file: {e}"));
+        let bad = |e: String| StageError::Table {
+            what: what.to_string(),
+            message: format!("not a readable Parquet file: {e}"),
+        };
         let builder =
             ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::copy_from_slice(bytes))
                 .map_err(|e| bad(e.to_string()))?;
@@ -219,13 +221,15 @@ impl Table {
         self.batches
             .iter()
             .map(|b| {
-                b.column_by_name(name).cloned().ok_or_else(|| {
-                    StageError::input(format!(
-                        "{} has no column `{name}` (columns: {})",
-                        self.what,
-                        self.column_names().join(", ")
-                    ))
-                })
+                b.column_by_name(name)
+                    .cloned()
+                    .ok_or_else(|| StageError::Table {
+                        what: self.what.clone(),
+                        message: format!(
+                            "no column `{name}` (columns: {})",
+                            self.column_names().join(", ")
+                        ),
+                    })
             })
             .collect()
     }
@@ -238,13 +242,16 @@ impl Table {
     ) -> Result<Vec<V>> {
         let mut out = Vec::with_capacity(self.rows);
         for col in self.columns(name)? {
-            let arr = col.as_any().downcast_ref::<A>().ok_or_else(|| {
-                StageError::input(format!(
-                    "{}: column `{name}` has type {}, expected {ty}",
-                    self.what,
-                    col.data_type()
-                ))
-            })?;
+            let arr = col
+                .as_any()
+                .downcast_ref::<A>()
+                .ok_or_else(|| StageError::Table {
+                    what: self.what.clone(),
+                    message: format!(
+                        "column `{name}` has type {}, expected {ty}",
+                        col.data_type()
+                    ),
+                })?;
             out.extend(f(arr));
         }
         Ok(out)
@@ -292,23 +299,21 @@ impl Table {
             let arr = col
                 .as_any()
                 .downcast_ref::<FixedSizeListArray>()
-                .ok_or_else(|| {
-                    StageError::input(format!(
-                        "{}: column `{name}` has type {}, expected FixedSizeList<Float32>",
-                        self.what,
+                .ok_or_else(|| StageError::Table {
+                    what: self.what.clone(),
+                    message: format!(
+                        "column `{name}` has type {}, expected FixedSizeList<Float32>",
                         col.data_type()
-                    ))
+                    ),
                 })?;
             width = Some(arr.value_length() as usize);
             let values = arr
                 .values()
                 .as_any()
                 .downcast_ref::<Float32Array>()
-                .ok_or_else(|| {
-                    StageError::input(format!(
-                        "{}: column `{name}` does not hold Float32 values",
-                        self.what
-                    ))
+                .ok_or_else(|| StageError::Table {
+                    what: self.what.clone(),
+                    message: format!("column `{name}` does not hold Float32 values"),
                 })?;
             let start = arr.offset() * arr.value_length() as usize;
             out.extend_from_slice(

@@ -12,7 +12,7 @@ use std::io::Read;
 use serde::{Deserialize, Serialize};
 use upcc_nn::Stream;
 
-use crate::error::{Result, StageError};
+use crate::error::{DataPlace, Result, StageError};
 use crate::table::{Table, TableBuilder};
 
 /// Bumped by hand whenever the output of this stage changes meaning or bytes.
@@ -512,9 +512,11 @@ fn maybe_gunzip<'a>(display: &str, bytes: &'a [u8]) -> Result<std::borrow::Cow<'
         flate2::read::MultiGzDecoder::new(bytes)
             .read_to_end(&mut out)
             .map_err(|e| {
-                StageError::input(format!(
-                    "`{display}` looks gzipped but cannot be decompressed: {e}"
-                ))
+                StageError::data(
+                    display,
+                    DataPlace::File,
+                    format!("looks gzipped but cannot be decompressed: {e}"),
+                )
             })?;
         Ok(std::borrow::Cow::Owned(out))
     } else {
@@ -525,17 +527,25 @@ fn maybe_gunzip<'a>(display: &str, bytes: &'a [u8]) -> Result<std::borrow::Cow<'
 fn read_csv(display: &str, bytes: &[u8], label_column: &str, header: HeaderMode) -> Result<Raw> {
     let data = maybe_gunzip(display, bytes)?;
     let text = std::str::from_utf8(&data).map_err(|e| {
-        StageError::input(format!(
-            "`{display}` is not UTF-8 text (byte {}): is it really a CSV file?",
-            e.valid_up_to()
-        ))
+        StageError::data(
+            display,
+            DataPlace::File,
+            format!(
+                "is not UTF-8 text (byte {}): is it really a CSV file?",
+                e.valid_up_to()
+            ),
+        )
     })?;
     let mut lines = text
         .lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty());
     let Some((first_no, first)) = lines.next() else {
-        return Err(StageError::input(format!("`{display}` is empty")));
+        return Err(StageError::data(
+            display,
+            DataPlace::File,
+            "is empty".to_string(),
+        ));
     };
     let delim = if first.contains(',') {
         Some(',')
@@ -562,10 +572,11 @@ fn read_csv(display: &str, bytes: &[u8], label_column: &str, header: HeaderMode)
     };
     let ncols = first_fields.len();
     if ncols < 2 {
-        return Err(StageError::input(format!(
-            "`{display}` line {}: found {ncols} column; a dataset row needs features and a label",
-            first_no + 1
-        )));
+        return Err(StageError::data(
+            display,
+            DataPlace::Line(first_no + 1),
+            format!("found {ncols} column; a dataset row needs features and a label"),
+        ));
     }
     let label_idx = match label_column {
         "last" => ncols - 1,
@@ -587,10 +598,14 @@ fn read_csv(display: &str, bytes: &[u8], label_column: &str, header: HeaderMode)
                     .iter()
                     .position(|f| f == other)
                     .ok_or_else(|| {
-                        StageError::input(format!(
-                            "`{display}` has no column `{other}` (header: {})",
-                            first_fields.join(", ")
-                        ))
+                        StageError::data(
+                            display,
+                            DataPlace::File,
+                            format!(
+                                "has no column `{other}` (header: {})",
+                                first_fields.join(", ")
+                            ),
+                        )
                     })?
             }
         },
@@ -601,41 +616,52 @@ fn read_csv(display: &str, bytes: &[u8], label_column: &str, header: HeaderMode)
     let mut process = |no: usize, l: &str| -> Result<()> {
         let fields = split(l);
         if fields.len() != ncols {
-            return Err(StageError::input(format!(
-                "`{display}` line {}: {} columns, expected {ncols} like the first row (ragged rows)",
-                no + 1,
-                fields.len()
-            )));
+            return Err(StageError::data(
+                display,
+                DataPlace::Line(no + 1),
+                format!(
+                    "{} columns, expected {ncols} like the first row (ragged rows)",
+                    fields.len()
+                ),
+            ));
         }
         for (j, f) in fields.iter().enumerate() {
             if j == label_idx {
                 let v: f64 = f.parse().map_err(|_| {
-                    StageError::input(format!(
-                        "`{display}` line {}: label `{f}` is not a number",
-                        no + 1
-                    ))
+                    StageError::data(
+                        display,
+                        DataPlace::Line(no + 1),
+                        format!("label `{f}` is not a number"),
+                    )
                 })?;
                 if !v.is_finite() || v.fract() != 0.0 {
-                    return Err(StageError::input(format!(
-                        "`{display}` line {}: label `{f}` is not an integer class index",
-                        no + 1
-                    )));
+                    return Err(StageError::data(
+                        display,
+                        DataPlace::Line(no + 1),
+                        format!("label `{f}` is not an integer class index"),
+                    ));
                 }
                 labels.push(v as i64);
             } else {
                 let v: f32 = f.parse().map_err(|_| {
-                    StageError::input(format!(
-                        "`{display}` line {}, column {}: `{f}` is not a number",
-                        no + 1,
-                        j + 1
-                    ))
+                    StageError::data(
+                        display,
+                        DataPlace::Cell {
+                            line: no + 1,
+                            column: j + 1,
+                        },
+                        format!("`{f}` is not a number"),
+                    )
                 })?;
                 if !v.is_finite() {
-                    return Err(StageError::input(format!(
-                        "`{display}` line {}, column {}: value `{f}` is not finite (NaN or infinity); remove or impute it",
-                        no + 1,
-                        j + 1
-                    )));
+                    return Err(StageError::data(
+                        display,
+                        DataPlace::Cell {
+                            line: no + 1,
+                            column: j + 1,
+                        },
+                        format!("value `{f}` is not finite (NaN or infinity); remove or impute it"),
+                    ));
                 }
                 x.push(v);
             }
@@ -667,16 +693,20 @@ fn is_nonfinite_token(f: &str) -> bool {
 fn idx_payload(display: &str, bytes: &[u8]) -> Result<(u8, Vec<usize>, Vec<u8>)> {
     let data = maybe_gunzip(display, bytes)?.into_owned();
     if data.len() < 4 || data[0] != 0 || data[1] != 0 {
-        return Err(StageError::input(format!(
-            "`{display}` is not an IDX file (bad magic number)"
-        )));
+        return Err(StageError::data(
+            display,
+            DataPlace::File,
+            "is not an IDX file (bad magic number)".to_string(),
+        ));
     }
     let ty = data[2];
     let ndim = data[3] as usize;
     if data.len() < 4 + 4 * ndim {
-        return Err(StageError::input(format!(
-            "`{display}`: IDX header is truncated"
-        )));
+        return Err(StageError::data(
+            display,
+            DataPlace::File,
+            "IDX header is truncated".to_string(),
+        ));
     }
     let dims: Vec<usize> = (0..ndim)
         .map(|i| {
@@ -690,17 +720,23 @@ fn idx_payload(display: &str, bytes: &[u8]) -> Result<(u8, Vec<usize>, Vec<u8>)>
         0x0C | 0x0D => 4,
         0x0E => 8,
         other => {
-            return Err(StageError::input(format!(
-                "`{display}`: unknown IDX element type 0x{other:02x}"
-            )))
+            return Err(StageError::data(
+                display,
+                DataPlace::File,
+                format!("unknown IDX element type 0x{other:02x}"),
+            ))
         }
     };
     let count: usize = dims.iter().product();
     if payload.len() != count * width {
-        return Err(StageError::input(format!(
-            "`{display}`: IDX header says {dims:?} ({count} values) but the file holds {} bytes of data",
-            payload.len()
-        )));
+        return Err(StageError::data(
+            display,
+            DataPlace::File,
+            format!(
+                "IDX header says {dims:?} ({count} values) but the file holds {} bytes of data",
+                payload.len()
+            ),
+        ));
     }
     Ok((ty, dims, payload))
 }
@@ -731,9 +767,11 @@ fn idx_values(ty: u8, payload: &[u8]) -> Vec<f64> {
 fn read_idx_matrix(display: &str, bytes: &[u8]) -> Result<(Vec<f32>, usize, usize)> {
     let (ty, dims, payload) = idx_payload(display, bytes)?;
     if dims.len() < 2 {
-        return Err(StageError::input(format!(
-            "`{display}`: expected an IDX image file (≥2 dimensions), found {dims:?}"
-        )));
+        return Err(StageError::data(
+            display,
+            DataPlace::File,
+            format!("expected an IDX image file (≥2 dimensions), found {dims:?}"),
+        ));
     }
     let rows = dims[0];
     let dim = dims[1..].iter().product();
@@ -748,9 +786,11 @@ fn read_idx_matrix(display: &str, bytes: &[u8]) -> Result<(Vec<f32>, usize, usiz
 fn read_idx_labels(display: &str, bytes: &[u8]) -> Result<Vec<i64>> {
     let (ty, dims, payload) = idx_payload(display, bytes)?;
     if dims.len() != 1 {
-        return Err(StageError::input(format!(
-            "`{display}`: expected an IDX label file (1 dimension), found {dims:?}"
-        )));
+        return Err(StageError::data(
+            display,
+            DataPlace::File,
+            format!("expected an IDX label file (1 dimension), found {dims:?}"),
+        ));
     }
     to_int_labels(display, idx_values(ty, &payload))
 }
@@ -762,9 +802,11 @@ fn to_int_labels(display: &str, v: Vec<f64>) -> Result<Vec<i64>> {
             if l.is_finite() && l.fract() == 0.0 {
                 Ok(l as i64)
             } else {
-                Err(StageError::input(format!(
-                    "`{display}`: label {l} at position {i} is not an integer class index"
-                )))
+                Err(StageError::data(
+                    display,
+                    DataPlace::Row(i + 1),
+                    format!("label {l} is not an integer class index"),
+                ))
             }
         })
         .collect()
@@ -772,12 +814,15 @@ fn to_int_labels(display: &str, v: Vec<f64>) -> Result<Vec<i64>> {
 
 fn check_finite(display: &str, x: &[f32], dim: usize) -> Result<()> {
     if let Some(p) = x.iter().position(|v| !v.is_finite()) {
-        return Err(StageError::input(format!(
-            "`{display}`: row {}, column {} is not finite ({}); remove or impute it",
-            p / dim.max(1) + 1,
-            p % dim.max(1) + 1,
-            x[p]
-        )));
+        return Err(StageError::data(
+            display,
+            DataPlace::Row(p / dim.max(1) + 1),
+            format!(
+                "column {} is not finite ({}); remove or impute it",
+                p % dim.max(1) + 1,
+                x[p]
+            ),
+        ));
     }
     Ok(())
 }
@@ -792,18 +837,22 @@ struct Npy {
 fn parse_npy(display: &str, bytes: &[u8]) -> Result<Npy> {
     let bytes = maybe_gunzip(display, bytes)?.into_owned();
     if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
-        return Err(StageError::input(format!(
-            "`{display}` is not a .npy file (bad magic)"
-        )));
+        return Err(StageError::data(
+            display,
+            DataPlace::File,
+            "is not a .npy file (bad magic)".to_string(),
+        ));
     }
     let major = bytes[6];
     let (hlen, start) = if major == 1 {
         (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10)
     } else {
         if bytes.len() < 12 {
-            return Err(StageError::input(format!(
-                "`{display}`: truncated .npy header"
-            )));
+            return Err(StageError::data(
+                display,
+                DataPlace::File,
+                "truncated .npy header".to_string(),
+            ));
         }
         (
             u32::from_le_bytes(bytes[8..12].try_into().expect("4")) as usize,
@@ -811,9 +860,11 @@ fn parse_npy(display: &str, bytes: &[u8]) -> Result<Npy> {
         )
     };
     if bytes.len() < start + hlen {
-        return Err(StageError::input(format!(
-            "`{display}`: truncated .npy header"
-        )));
+        return Err(StageError::data(
+            display,
+            DataPlace::File,
+            "truncated .npy header".to_string(),
+        ));
     }
     let header = String::from_utf8_lossy(&bytes[start..start + hlen]).to_string();
     let field = |key: &str| -> Option<String> {
@@ -828,20 +879,35 @@ fn parse_npy(display: &str, bytes: &[u8]) -> Result<Npy> {
             Some(rest.split([',', '}']).next()?.trim().to_string())
         }
     };
-    let descr = field("descr")
-        .ok_or_else(|| StageError::input(format!("`{display}`: .npy header has no `descr`")))?;
+    let descr = field("descr").ok_or_else(|| {
+        StageError::data(
+            display,
+            DataPlace::File,
+            ".npy header has no `descr`".to_string(),
+        )
+    })?;
     let fortran = field("fortran_order").map(|v| v == "True").unwrap_or(false);
     let shape: Vec<usize> = field("shape")
-        .ok_or_else(|| StageError::input(format!("`{display}`: .npy header has no `shape`")))?
+        .ok_or_else(|| {
+            StageError::data(
+                display,
+                DataPlace::File,
+                ".npy header has no `shape`".to_string(),
+            )
+        })?
         .split(',')
         .map(|s| s.trim())
         .filter(|s| !s.is_empty())
         .map(|s| s.parse::<usize>())
         .collect::<std::result::Result<_, _>>()
-        .map_err(|_| StageError::input(format!("`{display}`: malformed .npy shape")))?;
+        .map_err(|_| {
+            StageError::data(display, DataPlace::File, "malformed .npy shape".to_string())
+        })?;
     if descr.contains('O') {
-        return Err(StageError::input(format!(
-            "`{display}` holds pickled Python objects (dtype {descr}), e.g. SpherePair's dict-in-npy files; convert once with numpy: \
+        return Err(StageError::data(
+            display,
+            DataPlace::File,
+            format!("holds pickled Python objects (dtype {descr}), e.g. SpherePair's dict-in-npy files; convert once with numpy: \
              `np.save('x.npy', d['data'].astype('float32')); np.save('y.npy', d['label'])`"
         )));
     }
@@ -856,9 +922,11 @@ fn parse_npy(display: &str, bytes: &[u8]) -> Result<Npy> {
 fn npy_values(display: &str, npy: &Npy) -> Result<Vec<f64>> {
     let d = npy.descr.as_str();
     if d.starts_with('>') {
-        return Err(StageError::input(format!(
-            "`{display}`: big-endian arrays ({d}) are not supported; save with `.astype('<f4')`"
-        )));
+        return Err(StageError::data(
+            display,
+            DataPlace::File,
+            format!("big-endian arrays ({d}) are not supported; save with `.astype('<f4')`"),
+        ));
     }
     let kind = d.trim_start_matches(['<', '|', '=']);
     let width = match kind {
@@ -866,16 +934,28 @@ fn npy_values(display: &str, npy: &Npy) -> Result<Vec<f64>> {
         "f8" | "i8" | "u8" => 8,
         "i2" | "u2" => 2,
         "u1" | "i1" | "b1" => 1,
-        other => return Err(StageError::input(format!("`{display}`: unsupported dtype `{other}` (use float32, float64, uint8 or an integer type)"))),
+        other => {
+            return Err(StageError::data(
+                display,
+                DataPlace::File,
+                format!(
+                    "unsupported dtype `{other}` (use float32, float64, uint8 or an integer type)"
+                ),
+            ))
+        }
     };
     let count: usize = npy.shape.iter().product();
     if npy.data.len() < count * width {
-        return Err(StageError::input(format!(
-            "`{display}`: shape {:?} needs {} bytes of data, the file has {}",
-            npy.shape,
-            count * width,
-            npy.data.len()
-        )));
+        return Err(StageError::data(
+            display,
+            DataPlace::File,
+            format!(
+                "shape {:?} needs {} bytes of data, the file has {}",
+                npy.shape,
+                count * width,
+                npy.data.len()
+            ),
+        ));
     }
     let b = &npy.data[..count * width];
     Ok(match kind {
@@ -919,19 +999,25 @@ fn npy_values(display: &str, npy: &Npy) -> Result<Vec<f64>> {
 fn read_npy_matrix(display: &str, bytes: &[u8]) -> Result<(Vec<f32>, usize, usize)> {
     let npy = parse_npy(display, bytes)?;
     if npy.shape.len() < 2 {
-        return Err(StageError::input(format!(
-            "`{display}`: expected a 2-D (or image) array of samples, found shape {:?}",
-            npy.shape
-        )));
+        return Err(StageError::data(
+            display,
+            DataPlace::File,
+            format!(
+                "expected a 2-D (or image) array of samples, found shape {:?}",
+                npy.shape
+            ),
+        ));
     }
     let rows = npy.shape[0];
     let dim: usize = npy.shape[1..].iter().product();
     let values = npy_values(display, &npy)?;
     let x: Vec<f32> = if npy.fortran {
         if npy.shape.len() != 2 {
-            return Err(StageError::input(format!(
-                "`{display}`: Fortran-ordered arrays must be 2-D"
-            )));
+            return Err(StageError::data(
+                display,
+                DataPlace::File,
+                "Fortran-ordered arrays must be 2-D".to_string(),
+            ));
         }
         let mut x = vec![0f32; rows * dim];
         for c in 0..dim {
@@ -950,10 +1036,11 @@ fn read_npy_matrix(display: &str, bytes: &[u8]) -> Result<(Vec<f32>, usize, usiz
 fn read_npy_labels(display: &str, bytes: &[u8]) -> Result<Vec<i64>> {
     let npy = parse_npy(display, bytes)?;
     if !(npy.shape.len() == 1 || (npy.shape.len() == 2 && npy.shape[1] == 1)) {
-        return Err(StageError::input(format!(
-            "`{display}`: expected a 1-D label vector, found shape {:?}",
-            npy.shape
-        )));
+        return Err(StageError::data(
+            display,
+            DataPlace::File,
+            format!("expected a 1-D label vector, found shape {:?}", npy.shape),
+        ));
     }
     to_int_labels(display, npy_values(display, &npy)?)
 }
@@ -979,10 +1066,14 @@ fn read_parquet(display: &str, bytes: &[u8], label_column: &str) -> Result<Raw> 
         },
     };
     if !names.contains(&label_name) {
-        return Err(StageError::input(format!(
-            "`{display}` has no label column `{label_name}` (columns: {})",
-            names.join(", ")
-        )));
+        return Err(StageError::data(
+            display,
+            DataPlace::File,
+            format!(
+                "has no label column `{label_name}` (columns: {})",
+                names.join(", ")
+            ),
+        ));
     }
     let mut labels = Vec::new();
     let mut x = Vec::new();
@@ -1028,19 +1119,25 @@ fn read_parquet(display: &str, bytes: &[u8], label_column: &str) -> Result<Raw> 
                         .collect(),
                     DataType::Float64 => v.as_primitive::<Float64Type>().values().to_vec(),
                     other => {
-                        return Err(StageError::input(format!(
-                            "`{display}`: list column `{name}` holds {other}, expected floats"
-                        )))
+                        return Err(StageError::data(
+                            display,
+                            DataPlace::File,
+                            format!("list column `{name}` holds {other}, expected floats"),
+                        ))
                     }
                 };
                 if dim == 0 {
                     dim = vals.len();
                 } else if vals.len() != dim {
-                    return Err(StageError::input(format!(
-                        "`{display}`: row {} of `{name}` has {} values, expected {dim} (ragged rows)",
-                        rows + i + 1,
-                        vals.len()
-                    )));
+                    return Err(StageError::data(
+                        display,
+                        DataPlace::File,
+                        format!(
+                            "row {} of `{name}` has {} values, expected {dim} (ragged rows)",
+                            rows + i + 1,
+                            vals.len()
+                        ),
+                    ));
                 }
                 x.extend(vals.into_iter().map(|f| f as f32));
             }
@@ -1059,9 +1156,11 @@ fn read_parquet(display: &str, bytes: &[u8], label_column: &str) -> Result<Raw> 
         rows += batch.num_rows();
     }
     if dim == 0 {
-        return Err(StageError::input(format!(
-            "`{display}` has no feature columns besides the label `{label_name}`"
-        )));
+        return Err(StageError::data(
+            display,
+            DataPlace::File,
+            format!("has no feature columns besides the label `{label_name}`"),
+        ));
     }
     check_finite(display, &x, dim)?;
     Ok(Raw {
@@ -1077,10 +1176,14 @@ fn arrow_cast_f64(col: &arrow_array::ArrayRef, display: &str, name: &str) -> Res
     use arrow_array::types::*;
     use arrow_schema::DataType;
     if col.null_count() > 0 {
-        return Err(StageError::input(format!(
-            "`{display}`: column `{name}` has {} missing values; remove or impute them",
-            col.null_count()
-        )));
+        return Err(StageError::data(
+            display,
+            DataPlace::File,
+            format!(
+                "column `{name}` has {} missing values; remove or impute them",
+                col.null_count()
+            ),
+        ));
     }
     Ok(match col.data_type() {
         DataType::Float32 => col
@@ -1139,9 +1242,11 @@ fn arrow_cast_f64(col: &arrow_array::ArrayRef, display: &str, name: &str) -> Res
             .map(|&v| v as f64)
             .collect(),
         other => {
-            return Err(StageError::input(format!(
-                "`{display}`: column `{name}` has type {other}, expected numbers"
-            )))
+            return Err(StageError::data(
+                display,
+                DataPlace::File,
+                format!("column `{name}` has type {other}, expected numbers"),
+            ))
         }
     })
 }

@@ -57,7 +57,7 @@ fn gzip(bytes: &[u8]) -> Vec<u8> {
 
 fn err(params: &FeatureParams, f: &BTreeMap<String, SourceFile<'_>>) -> String {
     match build(params, f) {
-        Err(StageError::Input(m)) => m,
+        Err(e) if e.is_user() => e.to_string(),
         other => panic!("expected an input error, got {:?}", other.map(|f| f.rows())),
     }
 }
@@ -111,6 +111,14 @@ fn csv_errors_name_file_line_and_fix() {
         m.contains("line 2, column 2") && m.contains("not finite"),
         "{m}"
     );
+    // The place is structured, not only text.
+    match build(&p, &files(&[("data", nan.as_bytes())])) {
+        Err(StageError::Data { file, place, .. }) => {
+            assert_eq!(file, "data.file");
+            assert_eq!(place, DataPlace::Cell { line: 2, column: 2 });
+        }
+        other => panic!("expected a data error, got {:?}", other.map(|f| f.rows())),
+    }
     let text = "1,2,0\n3,x,1\n";
     assert!(err(&p, &files(&[("data", text.as_bytes())])).contains("`x` is not a number"));
     let frac = "1,2,0.5\n3,4,1\n";
@@ -263,7 +271,7 @@ fn npy_float_uint8_and_fortran_order() {
     );
     assert!(
         err(&params(DataFormat::Npy), &files(&[("x", &xn), ("y", &y)]))
-            .contains("row 3, column 2 is not finite")
+            .contains("row 3: column 2 is not finite")
     );
 }
 
