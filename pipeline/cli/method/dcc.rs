@@ -160,23 +160,21 @@ impl Method for VolMaxDcc {
             return Ok(None);
         }
         let sup = selection_supervision(w, cell, s.shared_multi.as_deref());
-        stage::select::wire(
-            w,
-            cell,
-            sup,
-            "lambda",
-            &s.lambdas,
-            s.search_runs,
-            &mut |w, search, feat, lambda| {
-                wire_node(
-                    w,
-                    search,
-                    feat,
-                    DccParams::volmax(s, Some(lambda), search.seed),
-                    None,
-                )
-            },
-        )
+        let search = stage::select::Search {
+            supervision: sup,
+            parameter: "lambda",
+            grid: &s.lambdas,
+            runs: s.search_runs,
+        };
+        stage::select::wire(w, cell, search, &mut |w, search, feat, lambda| {
+            wire_node(
+                w,
+                search,
+                feat,
+                DccParams::volmax(s, Some(lambda), search.seed),
+                None,
+            )
+        })
         .map(Some)
     }
     fn wire(&self, w: &mut Wiring, cell: &Cell, st: &Settings, feat: usize) -> Result<CellNodes> {

@@ -39,10 +39,12 @@ impl Task for EciTask {
             dv,
             &self.params,
             &self.eci,
-            &f,
-            &c,
-            &d,
-            weights.as_deref(),
+            eci::EciInputs {
+                features: &f,
+                constraints: &c,
+                diagnostic: &d,
+                pretrained: weights.as_deref(),
+            },
             &mut Mon(ctx),
         ))
         .map_err(stage_err)?;

@@ -12,7 +12,7 @@ use upcc_stages::ensemble::{self, EnsembleSettings, Linkage};
 use upcc_stages::train::{MemberOf, PairLoss, TrainSettings, Weighting};
 
 use super::dcc::selection_supervision;
-use super::probpair::wire_train_with;
+use super::probpair::{wire_train_with, Trainer};
 use super::spherepair::SphereSettings;
 use super::{settings, CellNodes, Method, Settings};
 use crate::error::Result;
@@ -107,25 +107,16 @@ impl EnsembleMethod {
                 expert: e as u16,
                 alpha,
             };
-            let (settings, weighting, loss, stop) = match &r.base {
-                BaseSettings::Sphere(s) => (
-                    s.train_settings(),
-                    Weighting::None,
-                    PairLoss::SoftSpherePair,
-                    s.stop.clone(),
-                ),
-                BaseSettings::Wpp(s) => (s.clone(), Weighting::Kappa, PairLoss::ProbPair, None),
+            let trainer = match &r.base {
+                BaseSettings::Sphere(s) => super::spherepair::trainer(s),
+                BaseSettings::Wpp(s) => Trainer {
+                    settings: s.clone(),
+                    weighting: Weighting::Kappa,
+                    loss: PairLoss::ProbPair,
+                    stop: None,
+                },
             };
-            let tr = wire_train_with(
-                w,
-                cell,
-                feat,
-                settings,
-                weighting,
-                loss,
-                stop,
-                Some((member, selection)),
-            )?;
+            let tr = wire_train_with(w, cell, feat, trainer, Some((member, selection)))?;
             let km =
                 stage::cluster::kmeans_named(w, feat, tr, "embeddings", cell, &format!("/e{e}"))?;
             inputs.push(input(&format!("m{e}"), km, "assignments"));
@@ -191,15 +182,15 @@ impl Method for EnsembleMethod {
             return Ok(None);
         }
         let sup = selection_supervision(w, cell, r.ensemble.shared_multi.as_deref());
-        stage::select::wire(
-            w,
-            cell,
-            sup,
-            "alpha",
-            &r.ensemble.alphas,
-            r.ensemble.search_runs,
-            &mut |w, search, feat, alpha| self.wire_members(w, search, r, feat, Some(alpha), None),
-        )
+        let search = stage::select::Search {
+            supervision: sup,
+            parameter: "alpha",
+            grid: &r.ensemble.alphas,
+            runs: r.ensemble.search_runs,
+        };
+        stage::select::wire(w, cell, search, &mut |w, search, feat, alpha| {
+            self.wire_members(w, search, r, feat, Some(alpha), None)
+        })
         .map(Some)
     }
     fn wire(&self, w: &mut Wiring, cell: &Cell, s: &Settings, feat: usize) -> Result<CellNodes> {

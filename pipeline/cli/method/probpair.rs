@@ -115,31 +115,38 @@ pub fn wire_train(
     settings: TrainSettings,
     weighting: Weighting,
 ) -> Result<usize> {
-    wire_train_with(
-        w,
-        cell,
-        feat,
+    let trainer = Trainer {
         settings,
         weighting,
-        PairLoss::ProbPair,
-        None,
-        None,
-    )
+        loss: PairLoss::ProbPair,
+        stop: None,
+    };
+    wire_train_with(w, cell, feat, trainer, None)
+}
+
+/// What the shared angular trainer (`stages/core/src/train.rs`) trains with.
+pub struct Trainer {
+    pub settings: TrainSettings,
+    pub weighting: Weighting,
+    pub loss: PairLoss,
+    pub stop: Option<LossStop>,
 }
 
 /// A training node of the shared angular trainer: the pair loss, early stopping, and for an
 /// ensemble member its expert, α (None: from the `selection` node given) and id suffix.
-#[allow(clippy::too_many_arguments)]
 pub fn wire_train_with(
     w: &mut Wiring,
     cell: &Cell,
     feat: usize,
-    settings: TrainSettings,
-    weighting: Weighting,
-    loss: PairLoss,
-    stop: Option<LossStop>,
+    trainer: Trainer,
     member: Option<(MemberOf, Option<usize>)>,
 ) -> Result<usize> {
+    let Trainer {
+        settings,
+        weighting,
+        loss,
+        stop,
+    } = trainer;
     let cons = stage::constraints::wire(w, feat, cell)?;
     let mut inputs = vec![
         input("features", feat, "features"),

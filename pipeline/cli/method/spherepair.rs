@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use upcc_stages::check::{Check, Checker, Problem};
 use upcc_stages::train::{LossStop, PairLoss, RecReduction, TrainSettings, Weighting};
 
-use super::probpair::wire_train_with;
+use super::probpair::{wire_train_with, Trainer};
 use super::{settings, CellNodes, Method, Settings};
 use crate::error::Result;
 use crate::spec::Resolver;
@@ -84,6 +84,16 @@ impl Check for SphereSettings {
     }
 }
 
+/// Soft SpherePair on the shared trainer.
+pub fn trainer(s: &SphereSettings) -> Trainer {
+    Trainer {
+        settings: s.train_settings(),
+        weighting: Weighting::None,
+        loss: PairLoss::SoftSpherePair,
+        stop: s.stop.clone(),
+    }
+}
+
 pub struct SpherePair;
 
 impl Method for SpherePair {
@@ -102,16 +112,7 @@ impl Method for SpherePair {
     }
     fn wire(&self, w: &mut Wiring, cell: &Cell, s: &Settings, feat: usize) -> Result<CellNodes> {
         let s: &SphereSettings = settings(s);
-        let tr = wire_train_with(
-            w,
-            cell,
-            feat,
-            s.train_settings(),
-            Weighting::None,
-            PairLoss::SoftSpherePair,
-            s.stop.clone(),
-            None,
-        )?;
+        let tr = wire_train_with(w, cell, feat, trainer(s), None)?;
         let assignments = stage::cluster::kmeans(w, feat, tr, "embeddings", cell)?;
         Ok(CellNodes {
             train: tr,

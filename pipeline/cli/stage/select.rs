@@ -94,6 +94,15 @@ impl Task for SelectTask {
     }
 }
 
+/// A hyperparameter search: the supervision setting whose runs decide, the parameter's name
+/// (`lambda`, `alpha`), its candidate values and the runs per value.
+pub struct Search<'a> {
+    pub supervision: &'a str,
+    pub parameter: &'a str,
+    pub grid: &'a [f64],
+    pub runs: usize,
+}
+
 /// The chosen value of a `chosen` output.
 pub fn chosen(bytes: &[u8]) -> std::result::Result<f64, TaskError> {
     let t = Table::from_parquet(bytes, "selection").map_err(stage_err)?;
@@ -107,16 +116,18 @@ pub fn chosen(bytes: &[u8]) -> std::result::Result<f64, TaskError> {
 /// `method@parameter=value`) on the features node it is given (the dataset without its
 /// validation rows) and returns its `assignments` node; each gets metrics; the selection node
 /// reads them all. Returns the selection node.
-#[allow(clippy::too_many_arguments)]
 pub fn wire(
     w: &mut Wiring,
     cell: &Cell,
-    supervision: &str,
-    parameter: &str,
-    grid: &[f64],
-    runs: usize,
+    search: Search<'_>,
     run: &mut dyn FnMut(&mut Wiring, &Cell, usize, f64) -> Result<usize>,
 ) -> Result<usize> {
+    let Search {
+        supervision,
+        parameter,
+        grid,
+        runs,
+    } = search;
     let spec = w.spec;
     let sspec = &spec.file.supervision[supervision];
     // The search trains without the validation rows (unless every training does anyway).

@@ -349,7 +349,8 @@ pub fn run(dag: &Dag, store: &Store, cfg: &RunConfig) -> Result<RunReport, Engin
             let key = material.digest()?;
             if !cfg.force.contains(&i) {
                 if let Some(m) = store.fresh_manifest(&key)? {
-                    finish_cached(store, cfg, dag, i, &material, key, m.outputs, &mut resolved)?;
+                    resolved[i] = Some(m.outputs);
+                    update_ref(store, &cfg.spec, &dag.node(i).id, &material, key)?;
                     reports[i] = Some(report(i, Some(key), Outcome::Cached));
                     state[i] = State::Finished;
                     ui.finished(i, &dag.node(i).id, Outcome::Cached, None, None);
@@ -379,16 +380,8 @@ pub fn run(dag: &Dag, store: &Store, cfg: &RunConfig) -> Result<RunReport, Engin
                 };
                 if waiting && !cfg.force.contains(&i) {
                     if let Some(m) = store.fresh_manifest(&key)? {
-                        finish_cached(
-                            store,
-                            cfg,
-                            dag,
-                            i,
-                            &material,
-                            key,
-                            m.outputs,
-                            &mut resolved,
-                        )?;
+                        resolved[i] = Some(m.outputs);
+                        update_ref(store, &cfg.spec, &dag.node(i).id, &material, key)?;
                         reports[i] = Some(report(i, Some(key), Outcome::ComputedElsewhere));
                         state[i] = State::Finished;
                         progressed = true;
@@ -441,16 +434,8 @@ pub fn run(dag: &Dag, store: &Store, cfg: &RunConfig) -> Result<RunReport, Engin
                 if !cfg.force.contains(&i) {
                     if let Some(m) = store.fresh_manifest(&key)? {
                         drop(lease);
-                        finish_cached(
-                            store,
-                            cfg,
-                            dag,
-                            i,
-                            &material,
-                            key,
-                            m.outputs,
-                            &mut resolved,
-                        )?;
+                        resolved[i] = Some(m.outputs);
+                        update_ref(store, &cfg.spec, &dag.node(i).id, &material, key)?;
                         reports[i] = Some(report(i, Some(key), Outcome::ComputedElsewhere));
                         state[i] = State::Finished;
                         progressed = true;
@@ -634,21 +619,6 @@ pub fn run(dag: &Dag, store: &Store, cfg: &RunConfig) -> Result<RunReport, Engin
         })
         .collect();
     Ok(RunReport { nodes })
-}
-
-#[allow(clippy::too_many_arguments)]
-fn finish_cached(
-    store: &Store,
-    cfg: &RunConfig,
-    dag: &Dag,
-    i: usize,
-    material: &KeyMaterial,
-    key: Digest<NodeKeyTag>,
-    outputs: BTreeMap<String, OutputRecord>,
-    resolved: &mut [Option<BTreeMap<String, OutputRecord>>],
-) -> Result<(), EngineError> {
-    resolved[i] = Some(outputs);
-    update_ref(store, &cfg.spec, &dag.node(i).id, material, key)
 }
 
 fn update_ref(

@@ -608,18 +608,29 @@ impl<D: Device<f32>> Estimators<D> {
     }
 }
 
-/// Run ECI-PP on device `dev`. `diag` is the held-out diagnostic set (may be empty).
-#[allow(clippy::too_many_arguments)]
+/// What an ECI-PP training reads: the dataset, its training constraints, the held-out
+/// diagnostic pairs and (with pretraining) the SDAE weights.
+pub struct EciInputs<'a> {
+    pub features: &'a Features,
+    pub constraints: &'a Constraints,
+    pub diagnostic: &'a Constraints,
+    pub pretrained: Option<&'a [u8]>,
+}
+
+/// Run ECI-PP on device `dev` (the diagnostic set may be empty).
 pub fn run<D: Device<f32>>(
     dev: &D,
     tp: &TrainParams,
     s: &EciSettings,
-    features: &Features,
-    cons: &Constraints,
-    diag: &Constraints,
-    pretrained: Option<&[u8]>,
+    inputs: EciInputs<'_>,
     monitor: &mut dyn Monitor,
 ) -> Result<EciTrained> {
+    let EciInputs {
+        features,
+        constraints: cons,
+        diagnostic: diag,
+        pretrained,
+    } = inputs;
     crate::train::validate(tp, features.dim, s.folds + 1)?;
     validate(s, tp)?;
     cons.validate(features, false, "constraints artifact")?;

@@ -285,7 +285,12 @@ pub fn run<D: Device<f32>>(
             "expert {e}: {} training samples, unfamiliar classes {unfamiliar:?}",
             subset.len()
         ));
-        let (p, summary) = train_one(dev, params, features, &x, &subset, e, n_experts, monitor)?;
+        let job = Job {
+            expert: e,
+            of: n_experts,
+            subset: &subset,
+        };
+        let (p, summary) = train_one(dev, params, features, &x, job, monitor)?;
         probs.extend(p);
         summaries.push(ExpertSummary {
             unfamiliar,
@@ -312,17 +317,22 @@ fn check_fraction(field: &str, v: f64) -> Result<()> {
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
+/// One expert to train: its number among `of`, and the training rows it knows.
+struct Job<'a> {
+    expert: usize,
+    of: usize,
+    subset: &'a [usize],
+}
+
 fn train_one<D: Device<f32>>(
     dev: &D,
     params: &ExpertParams,
     features: &Features,
     x: &D::Buf,
-    subset: &[usize],
-    e: usize,
-    n_experts: usize,
+    job: Job<'_>,
     monitor: &mut dyn Monitor,
 ) -> Result<(Vec<f32>, ExpertSummary)> {
+    let (e, n_experts, subset) = (job.expert, job.of, job.subset);
     let cp = &params.classifier;
     crate::check::require("expert", crate::check::Check::check(cp))?;
     let label = format!("{e}");

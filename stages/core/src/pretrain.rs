@@ -99,11 +99,20 @@ pub struct CurvePoint {
     pub loss: f64,
 }
 
-/// Which part of the protocol a loop trains (for the curve, the messages and the streams).
+/// Which part of the protocol a loop trains (for the curve, the messages and the streams),
+/// for how many epochs, seeded how.
 struct Phase {
     name: &'static str,
     layer: u32,
     label: String,
+    epochs: usize,
+    seed: u64,
+}
+
+/// What a loop trains on: `rows × dim` values on the device.
+struct Data<'a, D: Device<f32>> {
+    x: &'a D::Buf,
+    dim: usize,
 }
 
 /// Maps a noisy batch to its reconstruction (may draw dropout masks from the stream).
@@ -112,19 +121,16 @@ type Reconstruct<'a, D> = dyn FnMut(&mut G<D>, &P<D>, Var, &mut Stream) -> DResu
 /// SGD with momentum and step decay on masked inputs of `data` (rows × dim, on the device),
 /// reconstructing the clean input with 0.5·mean squared error. `reconstruct` maps the noisy
 /// batch to its reconstruction (it may draw dropout masks from the stream it is given).
-#[allow(clippy::too_many_arguments)]
 fn denoising_epochs<D: Device<f32>>(
     s: &PretrainSettings,
-    seed: u64,
     phase: &Phase,
-    epochs: usize,
-    data: &D::Buf,
-    dim: usize,
+    data: Data<'_, D>,
     p: &mut P<D>,
     curve: &mut Vec<CurvePoint>,
     reconstruct: &mut Reconstruct<'_, D>,
     on_epoch: &mut dyn FnMut(u64, f64),
 ) -> Result<()> {
+    let (seed, epochs, dim, data) = (phase.seed, phase.epochs, data.dim, data.x);
     let dev = p.device().clone();
     let rows = dev.len(data) / dim;
     let mut opt = Sgd::new(p, s.lr, s.momentum)?;
@@ -265,14 +271,16 @@ pub fn run<D: Device<f32>>(
             name: "layerwise",
             layer: l as u32,
             label: format!("dae-{l}"),
+            epochs: params.layerwise_epochs,
+            seed,
         };
         denoising_epochs(
             params,
-            seed,
             &phase,
-            params.layerwise_epochs,
-            input,
-            in_dim,
+            Data {
+                x: input,
+                dim: in_dim,
+            },
             &mut p,
             &mut curve,
             &mut |g, p, noisy, rng| {
@@ -331,14 +339,16 @@ pub fn run<D: Device<f32>>(
         name: "finetune",
         layer: n_layers as u32,
         label: "finetune".into(),
+        epochs: params.finetune_epochs,
+        seed,
     };
     denoising_epochs(
         params,
-        seed,
         &phase,
-        params.finetune_epochs,
-        &x_train,
-        d,
+        Data {
+            x: &x_train,
+            dim: d,
+        },
         &mut full,
         &mut curve,
         &mut |g, p, noisy, _| {

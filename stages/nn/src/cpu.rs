@@ -6,7 +6,7 @@
 
 use rayon::prelude::*;
 
-use crate::device::{Act, DResult, Device, GemmSpec, Ix};
+use crate::device::{Act, CoBce, DResult, Device, GemmSpec, HuberL2, Ix, StudentT};
 use crate::scalar::{sigmoid, softplus, Real};
 use crate::science::{bayesian_confidence, huber, screen};
 
@@ -734,14 +734,17 @@ impl<T: Real> Device<T> for Cpu {
         p: &Vec<T>,
         target: &Vec<T>,
         w: Option<&Vec<T>>,
-        delta: f64,
-        smooth: bool,
-        lambda: f64,
-        denom: f64,
+        h: HuberL2,
         dp: &mut Vec<T>,
         out: &mut Vec<f64>,
         slot: usize,
     ) -> DResult<()> {
+        let HuberL2 {
+            delta,
+            smooth,
+            lambda,
+            denom,
+        } = h;
         assert_eq!(p.len(), target.len());
         let mut loss = 0.0;
         for i in 0..p.len() {
@@ -783,18 +786,16 @@ impl<T: Real> Device<T> for Cpu {
     fn pair_cobce(
         &self,
         q: &Vec<T>,
-        c: usize,
-        n: usize,
+        shape: CoBce,
         b_raw: Option<&Vec<T>>,
         y: &Vec<T>,
         w: &Vec<T>,
-        eps: f64,
-        denom: f64,
         dq: &mut Vec<T>,
         db_raw: Option<&mut Vec<T>>,
         out: &mut Vec<f64>,
         slot: usize,
     ) -> DResult<()> {
+        let CoBce { c, n, eps, denom } = shape;
         assert!(q.len() >= 2 * n * c && y.len() == n && w.len() == n);
         let bmat: Option<Vec<f64>> = b_raw.map(|b| b.iter().map(|v| sigmoid(v.to_f64())).collect());
         let mut dbm = vec![0f64; c * c];
@@ -875,17 +876,14 @@ impl<T: Real> Device<T> for Cpu {
         Ok(())
     }
 
-    fn student_t(
-        &self,
-        z: &Vec<T>,
-        mu: &Vec<T>,
-        rows: usize,
-        d: usize,
-        k: usize,
-        alpha: f64,
-        e: f64,
-        q: &mut Vec<T>,
-    ) -> DResult<()> {
+    fn student_t(&self, z: &Vec<T>, mu: &Vec<T>, st: StudentT, q: &mut Vec<T>) -> DResult<()> {
+        let StudentT {
+            rows,
+            d,
+            k,
+            alpha,
+            e,
+        } = st;
         for r in 0..rows {
             let zr = &z[r * d..(r + 1) * d];
             let t: Vec<f64> = (0..k)
@@ -912,14 +910,17 @@ impl<T: Real> Device<T> for Cpu {
         mu: &Vec<T>,
         q: &Vec<T>,
         dq: &Vec<T>,
-        rows: usize,
-        d: usize,
-        k: usize,
-        alpha: f64,
-        e: f64,
+        st: StudentT,
         dz: &mut Vec<T>,
         dmu: &mut Vec<T>,
     ) -> DResult<()> {
+        let StudentT {
+            rows,
+            d,
+            k,
+            alpha,
+            e,
+        } = st;
         let mut dmu64 = vec![0f64; k * d];
         for r in 0..rows {
             let zr: Vec<f64> = z[r * d..(r + 1) * d].iter().map(|v| v.to_f64()).collect();

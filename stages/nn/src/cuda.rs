@@ -15,7 +15,9 @@ use cudarc::driver::{
     PushKernelArg,
 };
 
-use crate::device::{Act, DResult, Device, DeviceError, DeviceInfo, GemmSpec, Ix};
+use crate::device::{
+    Act, CoBce, DResult, Device, DeviceError, DeviceInfo, GemmSpec, HuberL2, Ix, StudentT,
+};
 
 const SOURCE: &str = include_str!("cuda_kernels.cu");
 /// Threads per block of element-wise kernels.
@@ -1076,14 +1078,17 @@ impl Device<f32> for Cuda {
         p: &CudaSlice<f32>,
         target: &CudaSlice<f32>,
         w: Option<&CudaSlice<f32>>,
-        delta: f64,
-        smooth: bool,
-        lambda: f64,
-        denom: f64,
+        h: HuberL2,
         dp: &mut CudaSlice<f32>,
         out: &mut CudaSlice<f64>,
         slot: usize,
     ) -> DResult<()> {
+        let HuberL2 {
+            delta,
+            smooth,
+            lambda,
+            denom,
+        } = h;
         assert!(p.len() == target.len() && dp.len() == p.len());
         let (n, sl, sm) = (p.len() as I64, slot as I64, i32::from(smooth));
         let has_w = i32::from(w.is_some());
@@ -1122,18 +1127,16 @@ impl Device<f32> for Cuda {
     fn pair_cobce(
         &self,
         q: &CudaSlice<f32>,
-        c: usize,
-        n: usize,
+        shape: CoBce,
         b_raw: Option<&CudaSlice<f32>>,
         y: &CudaSlice<f32>,
         w: &CudaSlice<f32>,
-        eps: f64,
-        denom: f64,
         dq: &mut CudaSlice<f32>,
         db_raw: Option<&mut CudaSlice<f32>>,
         out: &mut CudaSlice<f64>,
         slot: usize,
     ) -> DResult<()> {
+        let CoBce { c, n, eps, denom } = shape;
         assert!(q.len() >= 2 * n * c && y.len() == n && w.len() == n && dq.len() == q.len());
         let mut g = self.alloc::<f64>(n.max(1))?;
         let (cc, nn, sl, has_b) = (c as I64, n as I64, slot as I64, i32::from(b_raw.is_some()));
@@ -1184,13 +1187,16 @@ impl Device<f32> for Cuda {
         &self,
         z: &CudaSlice<f32>,
         mu: &CudaSlice<f32>,
-        rows: usize,
-        d: usize,
-        k: usize,
-        alpha: f64,
-        e: f64,
+        st: StudentT,
         q: &mut CudaSlice<f32>,
     ) -> DResult<()> {
+        let StudentT {
+            rows,
+            d,
+            k,
+            alpha,
+            e,
+        } = st;
         assert!(z.len() == rows * d && mu.len() == k * d && q.len() == rows * k);
         if rows == 0 {
             return Ok(());
@@ -1211,14 +1217,17 @@ impl Device<f32> for Cuda {
         mu: &CudaSlice<f32>,
         q: &CudaSlice<f32>,
         dq: &CudaSlice<f32>,
-        rows: usize,
-        d: usize,
-        k: usize,
-        alpha: f64,
-        e: f64,
+        st: StudentT,
         dz: &mut CudaSlice<f32>,
         dmu: &mut CudaSlice<f32>,
     ) -> DResult<()> {
+        let StudentT {
+            rows,
+            d,
+            k,
+            alpha,
+            e,
+        } = st;
         if rows == 0 {
             return Ok(());
         }

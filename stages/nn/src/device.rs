@@ -113,6 +113,37 @@ pub struct DeviceInfo {
     pub facts: Vec<(String, String)>,
 }
 
+/// Constants of [`Device::huber_l2`]: the Huber transition δ (smooth-L1 form with `smooth`),
+/// the L2 weight λ and the denominator of the mean.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HuberL2 {
+    pub delta: f64,
+    pub smooth: bool,
+    pub lambda: f64,
+    pub denom: f64,
+}
+
+/// Shape and constants of [`Device::pair_cobce`]: c clusters, n pairs, the clamp ε and the
+/// denominator of the mean.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CoBce {
+    pub c: usize,
+    pub n: usize,
+    pub eps: f64,
+    pub denom: f64,
+}
+
+/// Shape and kernel of [`Device::student_t`]: rows × d embeddings against k × d centres,
+/// degrees of freedom α and exponent e.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StudentT {
+    pub rows: usize,
+    pub d: usize,
+    pub k: usize,
+    pub alpha: f64,
+    pub e: f64,
+}
+
 /// Every kernel of the numeric layer.
 ///
 /// Buffers are row-major. "Slots" index a [`Device::Scalars`] vector of f64 values (losses and
@@ -149,7 +180,6 @@ pub trait Device<T: Real>: Clone + Send + Sync + 'static {
         len: usize,
     ) -> DResult<()>;
     /// dst[dst_off..][..len] += alpha·src[src_off..][..len].
-    #[allow(clippy::too_many_arguments)]
     fn axpy_range(
         &self,
         alpha: T,
@@ -206,7 +236,6 @@ pub trait Device<T: Real>: Clone + Send + Sync + 'static {
     fn gemm(&self, spec: GemmSpec, a: &Self::Buf, b: &Self::Buf, c: &mut Self::Buf) -> DResult<()>;
     /// Two independent products, run concurrently where that is faster (weight and input
     /// gradients of one layer).
-    #[allow(clippy::too_many_arguments)]
     fn gemm2(
         &self,
         s1: GemmSpec,
@@ -251,7 +280,6 @@ pub trait Device<T: Real>: Clone + Send + Sync + 'static {
     fn mul_acc(&self, dy: &Self::Buf, mask: &Self::Buf, dx: &mut Self::Buf) -> DResult<()>;
 
     /// y = x / max(‖x_r‖, eps) row-wise; norms gets max(‖x_r‖, eps).
-    #[allow(clippy::too_many_arguments)]
     fn l2norm(
         &self,
         x: &Self::Buf,
@@ -262,7 +290,6 @@ pub trait Device<T: Real>: Clone + Send + Sync + 'static {
         norms: &mut Self::Buf,
     ) -> DResult<()>;
     /// dx += (dy − y (y·dy)) / norm row-wise; rows whose norm was clamped at eps are linear.
-    #[allow(clippy::too_many_arguments)]
     fn l2norm_backward(
         &self,
         y: &Self::Buf,
@@ -316,7 +343,6 @@ pub trait Device<T: Real>: Clone + Send + Sync + 'static {
     /// the 1×1 parameter buffers: loss = (1/denom) Σ w_i [softplus(l_i) − y_i l_i],
     /// l_i = (c_i − m)/T. Writes d loss/d c_i into `dc`, the loss into `out[slot]` and
     /// d loss/d m̃, d loss/d T̃ into `out[slot + 1]`, `out[slot + 2]`.
-    #[allow(clippy::too_many_arguments)]
     fn probpair_bce(
         &self,
         c: &Self::Buf,
@@ -331,7 +357,6 @@ pub trait Device<T: Real>: Clone + Send + Sync + 'static {
     ) -> DResult<()>;
     /// Pair beliefs of embeddings: out_i = σ((⟨u[a_i], u[b_i]⟩ − m)/T) with the dot, m = tanh(m̃)
     /// and T = softplus(T̃) in f64 (the read-out used for predictions, no gradients).
-    #[allow(clippy::too_many_arguments)]
     fn pair_readout(
         &self,
         u: &Self::Buf,
@@ -354,7 +379,6 @@ pub trait Device<T: Real>: Clone + Send + Sync + 'static {
     ) -> DResult<()>;
     /// Mean softmax cross-entropy of logits (rows×cols) against labels into `out[slot]`, the
     /// number of correct argmax predictions into `out[slot + 1]`; dlogits = (p − onehot)/rows.
-    #[allow(clippy::too_many_arguments)]
     fn softmax_ce(
         &self,
         logits: &Self::Buf,
@@ -375,16 +399,12 @@ pub trait Device<T: Real>: Clone + Send + Sync + 'static {
     ) -> DResult<()>;
     /// out[slot] = (1/denom) Σ w_i [huber_δ(p_i − t_i) + λ p_i²]; dp written. With `smooth`,
     /// huber is the smooth-L1 form (½r²/δ inside, |r| − ½δ outside) instead of ½r² / δ(|r| − ½δ).
-    #[allow(clippy::too_many_arguments)]
     fn huber_l2(
         &self,
         p: &Self::Buf,
         target: &Self::Buf,
         w: Option<&Self::Buf>,
-        delta: f64,
-        smooth: bool,
-        lambda: f64,
-        denom: f64,
+        h: HuberL2,
         dp: &mut Self::Buf,
         out: &mut Self::Scalars,
         slot: usize,
@@ -405,17 +425,13 @@ pub trait Device<T: Real>: Clone + Send + Sync + 'static {
     /// ≥ 2n × c): P_i = q_iᵀ B q_{n+i} with B = σ(B′) from `b_raw` (c×c), or B = I without it;
     /// P clamped to [eps, 1 − eps]; loss = (1/denom) Σ w_i BCE(y_i, P_i) into `out[slot]`.
     /// dq (rows 0..2n) and dB′ are *added* to.
-    #[allow(clippy::too_many_arguments)]
     fn pair_cobce(
         &self,
         q: &Self::Buf,
-        c: usize,
-        n: usize,
+        shape: CoBce,
         b_raw: Option<&Self::Buf>,
         y: &Self::Buf,
         w: &Self::Buf,
-        eps: f64,
-        denom: f64,
         dq: &mut Self::Buf,
         db_raw: Option<&mut Self::Buf>,
         out: &mut Self::Scalars,
@@ -424,7 +440,6 @@ pub trait Device<T: Real>: Clone + Send + Sync + 'static {
     /// For a symmetric positive definite c×c matrix m + eps·I: log det into `out[slot]` (f64,
     /// by Cholesky) and the inverse into `minv`. A matrix that is not positive definite gives
     /// −inf and a zero inverse (no gradient).
-    #[allow(clippy::too_many_arguments)]
     fn spd_logdet_inverse(
         &self,
         m: &Self::Buf,
@@ -436,37 +451,26 @@ pub trait Device<T: Real>: Clone + Send + Sync + 'static {
     ) -> DResult<()>;
     /// Student-t soft assignments of rows of z (rows×d) to centres mu (k×d):
     /// q_jc ∝ (1 + ‖z_j − μ_c‖²/α)^(−e), rows normalised to 1.
-    #[allow(clippy::too_many_arguments)]
     fn student_t(
         &self,
         z: &Self::Buf,
         mu: &Self::Buf,
-        rows: usize,
-        d: usize,
-        k: usize,
-        alpha: f64,
-        e: f64,
+        st: StudentT,
         q: &mut Self::Buf,
     ) -> DResult<()>;
     /// Backward of [`Device::student_t`] from its output q and dq: dz and dmu are added to.
-    #[allow(clippy::too_many_arguments)]
     fn student_t_backward(
         &self,
         z: &Self::Buf,
         mu: &Self::Buf,
         q: &Self::Buf,
         dq: &Self::Buf,
-        rows: usize,
-        d: usize,
-        k: usize,
-        alpha: f64,
-        e: f64,
+        st: StudentT,
         dz: &mut Self::Buf,
         dmu: &mut Self::Buf,
     ) -> DResult<()>;
     /// KL(P ‖ Q) of a fixed target p against q (rows×cols), summed over columns and divided by
     /// `denom`, into `out[slot]`; dq = −p/(q·denom) written.
-    #[allow(clippy::too_many_arguments)]
     fn kl_target(
         &self,
         q: &Self::Buf,
@@ -479,7 +483,6 @@ pub trait Device<T: Real>: Clone + Send + Sync + 'static {
     /// Soft SpherePair BCE on pair cosines c: s⁺ = (c + 1)/2, s⁻ = c²,
     /// loss = −(1/denom) Σ w_i [y_i log s⁺_i + (1 − y_i) log(1 − s⁻_i)] (logs floored at −100,
     /// as PyTorch's BCE) into `out[slot]`; dc written.
-    #[allow(clippy::too_many_arguments)]
     fn spherepair_bce(
         &self,
         c: &Self::Buf,
@@ -495,7 +498,6 @@ pub trait Device<T: Real>: Clone + Send + Sync + 'static {
     /// Screening and Bayesian-confidence fusion (Eqs. 10–11) in f64 per constraint:
     /// y_cor = softclip_ξ(y + Δ̂), gap = |softclip_ξ(ŷ_oof) − y_cor|, w = (1 − gap)^γ,
     /// y_BC = (y + n0·w·y_cor)/(1 + n0·w).
-    #[allow(clippy::too_many_arguments)]
     fn eci_fuse(
         &self,
         y: &Self::Buf,
@@ -518,7 +520,6 @@ pub trait Device<T: Real>: Clone + Send + Sync + 'static {
     /// x *= s.
     fn scale(&self, x: &mut Self::Buf, s: T) -> DResult<()>;
     /// One Adam update (PyTorch semantics; `step` counts from 1).
-    #[allow(clippy::too_many_arguments)]
     fn adam(
         &self,
         p: &mut Self::Buf,
@@ -533,7 +534,6 @@ pub trait Device<T: Real>: Clone + Send + Sync + 'static {
     ) -> DResult<()>;
     /// One SGD-with-momentum update (PyTorch semantics: buf = μ·buf + g, p −= lr·buf; plain SGD
     /// when μ = 0).
-    #[allow(clippy::too_many_arguments)]
     fn sgd_momentum(
         &self,
         p: &mut Self::Buf,

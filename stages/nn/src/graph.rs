@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use crate::device::{Act, DResult, Device, GemmSpec, Ix};
+use crate::device::{Act, CoBce, DResult, Device, GemmSpec, HuberL2, Ix, StudentT};
 use crate::params::{ParamId, Params};
 use crate::scalar::Real;
 
@@ -223,7 +223,6 @@ impl<T: Real, D: Device<T>> Graph<T, D> {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn push(
         &mut self,
         rows: usize,
@@ -448,7 +447,6 @@ impl<T: Real, D: Device<T>> Graph<T, D> {
 
     /// ProbPair loss (1/denom) Σ w_i BCE(y_i, σ((c_i − m)/T)) with m = tanh(m_raw),
     /// T = softplus(t_raw); y and w are n×1 columns.
-    #[allow(clippy::too_many_arguments)]
     pub fn probpair_loss(
         &mut self,
         params: &Params<T, D>,
@@ -534,7 +532,6 @@ impl<T: Real, D: Device<T>> Graph<T, D> {
     }
 
     /// (1/denom) Σ w_i [huber_δ(p_i − t_i) + λ p_i²] for an n×1 prediction column.
-    #[allow(clippy::too_many_arguments)]
     pub fn huber_l2(
         &mut self,
         p: Var,
@@ -552,10 +549,12 @@ impl<T: Real, D: Device<T>> Graph<T, D> {
             val(&self.nodes, p),
             val(&self.nodes, target),
             w.map(|w| val(&self.nodes, w)),
-            delta,
-            smooth,
-            lambda,
-            denom,
+            HuberL2 {
+                delta,
+                smooth,
+                lambda,
+                denom,
+            },
             &mut d,
             &mut self.scalars,
             slot,
@@ -585,7 +584,6 @@ impl<T: Real, D: Device<T>> Graph<T, D> {
     /// Co-assignment BCE of the pairs (i, n + i), i < n, of soft assignments q (≥ 2n rows):
     /// P_i = q_iᵀ B q_{n+i}, B = σ(B′) with `b_raw` (a c×c parameter) or I; P clamped to
     /// [eps, 1 − eps]; (1/denom) Σ w_i BCE(y_i, P_i). y and w are n×1 columns.
-    #[allow(clippy::too_many_arguments)]
     pub fn pair_cobce(
         &mut self,
         params: &Params<T, D>,
@@ -611,13 +609,10 @@ impl<T: Real, D: Device<T>> Graph<T, D> {
         let slot = self.slots(1);
         self.dev.pair_cobce(
             val(&self.nodes, q),
-            c,
-            n,
+            CoBce { c, n, eps, denom },
             b_raw.map(|b| params.value(b)),
             val(&self.nodes, y),
             val(&self.nodes, w),
-            eps,
-            denom,
             &mut d,
             db.as_mut().map(|(_, buf)| buf),
             &mut self.scalars,
@@ -668,11 +663,13 @@ impl<T: Real, D: Device<T>> Graph<T, D> {
         self.dev.student_t(
             val(&self.nodes, z),
             params.value(mu),
-            rows,
-            d,
-            k,
-            alpha,
-            e,
+            StudentT {
+                rows,
+                d,
+                k,
+                alpha,
+                e,
+            },
             &mut q,
         )?;
         Ok(self.push(rows, k, Some(q), 0, true, Op::StudentT { z, mu, alpha, e }))
@@ -870,11 +867,13 @@ impl<T: Real, D: Device<T>> Graph<T, D> {
                         muv,
                         self.nodes[i].value.as_ref().expect("value"),
                         &dq,
-                        rows,
-                        d,
-                        k,
-                        *alpha,
-                        *e,
+                        StudentT {
+                            rows,
+                            d,
+                            k,
+                            alpha: *alpha,
+                            e: *e,
+                        },
                         &mut dz,
                         dmu,
                     );

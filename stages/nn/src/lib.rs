@@ -20,7 +20,9 @@ pub mod science;
 pub use cpu::Cpu;
 #[cfg(feature = "cuda")]
 pub use cuda::Cuda;
-pub use device::{Act, DResult, Device, DeviceError, DeviceInfo, GemmSpec, Ix};
+pub use device::{
+    Act, CoBce, DResult, Device, DeviceError, DeviceInfo, GemmSpec, HuberL2, Ix, StudentT,
+};
 pub use graph::{Graph, Var};
 pub use layers::{dropout_mask, masking_noise, Linear, Mlp, WeightInit};
 pub use optim::{Adam, Sgd};

@@ -7,7 +7,8 @@
 #![cfg(feature = "cuda")]
 
 use upcc_nn::{
-    Act, Adam, Cpu, Cuda, Device, GemmSpec, Graph, Init, Ix, Mlp, Params, Stream, WeightInit,
+    Act, Adam, CoBce, Cpu, Cuda, Device, GemmSpec, Graph, HuberL2, Init, Ix, Mlp, Params, Stream,
+    StudentT, WeightInit,
 };
 
 fn rand(n: usize, seed: u64) -> Vec<f32> {
@@ -250,10 +251,12 @@ fn every_op<D: Device<f32>>(d: &D) -> Outputs {
             &p,
             &up(&rand(rows, 26)),
             Some(&up(&rand(rows, 27))),
-            0.1,
-            smooth,
-            0.5,
-            rows as f64,
+            HuberL2 {
+                delta: 0.1,
+                smooth,
+                lambda: 0.5,
+                denom: rows as f64,
+            },
             &mut dp,
             &mut slots,
             6 + i,
@@ -320,13 +323,15 @@ fn every_op<D: Device<f32>>(d: &D) -> Outputs {
         let yv: Vec<f32> = rand(npairs, 38).iter().map(|v| v.abs()).collect();
         d.pair_cobce(
             &sm,
-            cols,
-            npairs,
+            CoBce {
+                c: cols,
+                n: npairs,
+                eps: 1e-6,
+                denom: npairs as f64,
+            },
             with_b.then_some(&braw),
             &up(&yv),
             &up(&rand(npairs, 39).iter().map(|v| v.abs()).collect::<Vec<_>>()),
-            1e-6,
-            npairs as f64,
             &mut dq,
             with_b.then_some(&mut db),
             &mut slots2,
@@ -354,24 +359,18 @@ fn every_op<D: Device<f32>>(d: &D) -> Outputs {
     let z = up(&rand(rows * dim, 40));
     let mu = up(&rand(k * dim, 41));
     let mut q = d.zeros(rows * k).unwrap();
-    d.student_t(&z, &mu, rows, dim, k, 1.0, 1.0, &mut q)
-        .unwrap();
+    let st = StudentT {
+        rows,
+        d: dim,
+        k,
+        alpha: 1.0,
+        e: 1.0,
+    };
+    d.student_t(&z, &mu, st, &mut q).unwrap();
     out.push(("student_t".into(), get(&q)));
     let (mut dz, mut dmu) = (up(&rand(rows * dim, 42)), up(&rand(k * dim, 43)));
-    d.student_t_backward(
-        &z,
-        &mu,
-        &q,
-        &up(&rand(rows * k, 44)),
-        rows,
-        dim,
-        k,
-        1.0,
-        1.0,
-        &mut dz,
-        &mut dmu,
-    )
-    .unwrap();
+    d.student_t_backward(&z, &mu, &q, &up(&rand(rows * k, 44)), st, &mut dz, &mut dmu)
+        .unwrap();
     out.push(("student_t_backward dz".into(), get(&dz)));
     out.push(("student_t_backward dmu".into(), get(&dmu)));
     let mut dkl = d.zeros(rows * k).unwrap();
