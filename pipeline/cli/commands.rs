@@ -7,14 +7,15 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::json;
 use upcc_engine::{
-    plan, run as engine_run, Digest, NodeKeyTag, NodeStatus, Outcome, PlanEntry, ProgressMode,
-    ProvenanceBase, RunConfig, Store,
+    plan, run as engine_run, Digest, NodeKeyTag, NodeStatus, Outcome, PlanEntry, ProvenanceBase,
+    RunConfig, Store,
 };
 
 use crate::cli::{ExplainArgs, GcArgs, ProgressArg, RunArgs, SpecArgs};
 use crate::device::{Compute, DeviceRequest};
 use crate::error::{CliError, Result};
 use crate::graph::{build, Built};
+use crate::progress::{Progress, ProgressMode};
 use crate::select::{self, Selection};
 use crate::spec::TargetKind;
 use crate::spec::{self, Spec};
@@ -330,7 +331,6 @@ pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
         memory_mb: args.memory_mb.unwrap_or_else(memory_default_mb),
         keep_going: args.keep_going,
         force,
-        progress,
         provenance: provenance(run_id(), &loaded.compute),
         poll_interval: Duration::from_millis(250),
         gpus: loaded.compute.gpu_budgets_mb(),
@@ -344,7 +344,10 @@ pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
             loaded.compute.name()
         );
     }
-    let mut report = engine_run(&dag, &store, &cfg)?;
+    let mut ui = Progress::new(progress, dag.len());
+    let first = engine_run(&dag, &store, &cfg, &mut ui);
+    ui.done();
+    let mut report = first?;
     // Map back to indices of the full DAG to find the targets touched.
     let touched: BTreeSet<usize> = dag
         .nodes()
@@ -359,7 +362,10 @@ pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
             break;
         }
         // A result the views read was corrupt and is quarantined: compute it again.
-        let again = engine_run(&dag, &store, &cfg)?;
+        let mut ui = Progress::new(progress, dag.len());
+        let again = engine_run(&dag, &store, &cfg, &mut ui);
+        ui.done();
+        let again = again?;
         report = merge_reports(report, again);
     }
     let (executed, cached, elsewhere, failed, skipped) = (

@@ -8,6 +8,7 @@ pub mod device;
 pub mod error;
 pub mod graph;
 pub mod method;
+pub mod progress;
 pub mod select;
 pub mod spec;
 pub mod stage;

@@ -12,7 +12,6 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
 use crate::dag::{Dag, InputDef};
@@ -27,15 +26,52 @@ use crate::store::{
 };
 use crate::task::{ProgressEvent, TaskContext, TaskError};
 
-/// How progress is shown on stderr.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ProgressMode {
-    /// Live bars (a terminal).
-    Bars,
-    /// One line per finished node and occasional progress lines (logs, CI).
-    Plain,
-    /// Nothing.
-    Quiet,
+/// What a run reports as it goes. The engine draws nothing itself: whoever runs it renders
+/// these (the CLI as progress bars or plain lines).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RunEvent<'a> {
+    /// A node starts computing in this process.
+    Started { node: usize, id: &'a str },
+    /// A running node's progress (`done` of `total` steps).
+    Progress {
+        node: usize,
+        id: &'a str,
+        done: u64,
+        total: u64,
+        message: &'a str,
+    },
+    /// A node is settled for this run.
+    Finished {
+        node: usize,
+        id: &'a str,
+        outcome: Outcome,
+        seconds: Option<f64>,
+        error: Option<&'a str>,
+    },
+    /// A node reported `Finished` must run again (a corrupt output of it was found downstream).
+    Reopened { node: usize },
+    /// A node waits for another process that holds its lease.
+    Waiting {
+        id: &'a str,
+        holder: Option<&'a LeaseHolder>,
+    },
+    /// A corrupt stored object was quarantined; its producer will be recomputed.
+    Corrupt {
+        digest: Digest<Artifact>,
+        message: &'a str,
+    },
+}
+
+/// Receives a run's events on the scheduling thread.
+pub trait Observer {
+    fn event(&mut self, event: RunEvent<'_>);
+}
+
+/// An observer that ignores everything.
+pub struct Quiet;
+
+impl Observer for Quiet {
+    fn event(&mut self, _event: RunEvent<'_>) {}
 }
 
 /// Provenance shared by every node of a run.
@@ -63,7 +99,6 @@ pub struct RunConfig {
     pub keep_going: bool,
     /// Node indices to recompute even when fresh.
     pub force: BTreeSet<usize>,
-    pub progress: ProgressMode,
     pub provenance: ProvenanceBase,
     /// How often to look again at a node another process is computing.
     pub poll_interval: Duration,
@@ -162,131 +197,13 @@ enum Event {
     Finished { node: usize, result: WorkerResult },
 }
 
-struct Ui {
-    mode: ProgressMode,
-    mp: Option<MultiProgress>,
-    overall: Option<ProgressBar>,
-    bars: HashMap<usize, ProgressBar>,
-    last_plain: HashMap<usize, Instant>,
-    total: usize,
-    finished: usize,
-}
-
-impl Ui {
-    fn new(mode: ProgressMode, total: usize) -> Self {
-        let (mp, overall) = if mode == ProgressMode::Bars {
-            let mp = MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(8));
-            let bar = mp.add(ProgressBar::new(total as u64));
-            bar.set_style(
-                ProgressStyle::with_template(
-                    "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} nodes {msg}",
-                )
-                .expect("valid template"),
-            );
-            bar.enable_steady_tick(Duration::from_millis(250));
-            (Some(mp), Some(bar))
-        } else {
-            (None, None)
-        };
-        Ui {
-            mode,
-            mp,
-            overall,
-            bars: HashMap::new(),
-            last_plain: HashMap::new(),
-            total,
-            finished: 0,
-        }
-    }
-
-    fn line(&self, text: &str) {
-        match (&self.mp, self.mode) {
-            (Some(mp), _) => {
-                let _ = mp.println(text);
-            }
-            (None, ProgressMode::Plain) => eprintln!("{text}"),
-            _ => {}
-        }
-    }
-
-    fn started(&mut self, node: usize, id: &str) {
-        if let Some(mp) = &self.mp {
-            let bar = mp.add(ProgressBar::new(0));
-            bar.set_style(
-                ProgressStyle::with_template("  {prefix:.bold} {bar:20} {pos}/{len} {msg}")
-                    .expect("valid template"),
-            );
-            bar.set_prefix(id.to_string());
-            self.bars.insert(node, bar);
-        }
-    }
-
-    fn progress(&mut self, ev: &ProgressEvent, id: &str) {
-        if let Some(bar) = self.bars.get(&ev.node) {
-            bar.set_length(ev.total);
-            bar.set_position(ev.done);
-            bar.set_message(ev.message.clone());
-        } else if self.mode == ProgressMode::Plain {
-            let now = Instant::now();
-            let due = self
-                .last_plain
-                .get(&ev.node)
-                .is_none_or(|t| now.duration_since(*t) >= Duration::from_secs(15));
-            if due || ev.done == ev.total {
-                self.last_plain.insert(ev.node, now);
-                eprintln!("upcc:   {id}: {}/{} {}", ev.done, ev.total, ev.message);
-            }
-        }
-    }
-
-    fn finished(
-        &mut self,
-        node: usize,
-        id: &str,
-        outcome: Outcome,
-        seconds: Option<f64>,
-        error: Option<&str>,
-    ) {
-        self.finished += 1;
-        if let Some(bar) = self.bars.remove(&node) {
-            bar.finish_and_clear();
-            if let Some(mp) = &self.mp {
-                mp.remove(&bar);
-            }
-        }
-        if let Some(o) = &self.overall {
-            o.set_position(self.finished as u64);
-        }
-        let n = format!(
-            "[{:>w$}/{}]",
-            self.finished,
-            self.total,
-            w = self.total.to_string().len()
-        );
-        match outcome {
-            Outcome::Executed => self.line(&format!(
-                "upcc: {n} ran      {id} ({:.1} s)",
-                seconds.unwrap_or(0.0)
-            )),
-            Outcome::ComputedElsewhere => self.line(&format!(
-                "upcc: {n} shared   {id} (computed by another process)"
-            )),
-            Outcome::Failed => {
-                self.line(&format!("upcc: {n} FAILED   {id}: {}", error.unwrap_or("")))
-            }
-            Outcome::Cached | Outcome::Skipped => {}
-        }
-    }
-
-    fn done(&self) {
-        if let Some(o) = &self.overall {
-            o.finish_and_clear();
-        }
-    }
-}
-
-/// Run every node of `dag` that is not fresh in `store`.
-pub fn run(dag: &Dag, store: &Store, cfg: &RunConfig) -> Result<RunReport, EngineError> {
+/// Run every node of `dag` that is not fresh in `store`, telling `observer` as it goes.
+pub fn run(
+    dag: &Dag,
+    store: &Store,
+    cfg: &RunConfig,
+    observer: &mut dyn Observer,
+) -> Result<RunReport, EngineError> {
     let n = dag.len();
     let mut state: Vec<State> = (0..n).map(|_| State::Pending).collect();
     let mut resolved: Vec<Option<BTreeMap<String, OutputRecord>>> = vec![None; n];
@@ -304,7 +221,19 @@ pub fn run(dag: &Dag, store: &Store, cfg: &RunConfig) -> Result<RunReport, Engin
     let mut stopped = false;
     let (tx, rx): (Sender<Event>, Receiver<Event>) = channel();
     let (ptx, prx) = channel::<ProgressEvent>();
-    let mut ui = Ui::new(cfg.progress, n);
+    let finished = |observer: &mut dyn Observer,
+                    i: usize,
+                    outcome: Outcome,
+                    seconds: Option<f64>,
+                    error: Option<&str>| {
+        observer.event(RunEvent::Finished {
+            node: i,
+            id: &dag.node(i).id,
+            outcome,
+            seconds,
+            error,
+        })
+    };
     let mut last_poll = Instant::now() - cfg.poll_interval;
 
     let report = |i: usize, key: Option<Digest<NodeKeyTag>>, outcome: Outcome| NodeReport {
@@ -335,7 +264,7 @@ pub fn run(dag: &Dag, store: &Store, cfg: &RunConfig) -> Result<RunReport, Engin
                 r.error = Some("an upstream node failed".into());
                 reports[i] = Some(r);
                 state[i] = State::Finished;
-                ui.finished(i, &dag.node(i).id, Outcome::Skipped, None, None);
+                finished(observer, i, Outcome::Skipped, None, None);
                 continue;
             }
             let Some(material) = material_for(dag, i, &resolved, &mut sources)? else {
@@ -353,7 +282,7 @@ pub fn run(dag: &Dag, store: &Store, cfg: &RunConfig) -> Result<RunReport, Engin
                     update_ref(store, &cfg.spec, &dag.node(i).id, &material, key)?;
                     reports[i] = Some(report(i, Some(key), Outcome::Cached));
                     state[i] = State::Finished;
-                    ui.finished(i, &dag.node(i).id, Outcome::Cached, None, None);
+                    finished(observer, i, Outcome::Cached, None, None);
                     continue;
                 }
             }
@@ -385,7 +314,7 @@ pub fn run(dag: &Dag, store: &Store, cfg: &RunConfig) -> Result<RunReport, Engin
                         reports[i] = Some(report(i, Some(key), Outcome::ComputedElsewhere));
                         state[i] = State::Finished;
                         progressed = true;
-                        ui.finished(i, &dag.node(i).id, Outcome::ComputedElsewhere, None, None);
+                        finished(observer, i, Outcome::ComputedElsewhere, None, None);
                         continue;
                     }
                 }
@@ -418,13 +347,10 @@ pub fn run(dag: &Dag, store: &Store, cfg: &RunConfig) -> Result<RunReport, Engin
                     LeaseAttempt::Acquired(l) => l,
                     LeaseAttempt::Busy(who) => {
                         if !waiting {
-                            let by = who
-                                .map(|h| format!(" (pid {} on {})", h.pid, h.host))
-                                .unwrap_or_default();
-                            ui.line(&format!(
-                                "upcc: waiting  {} is being computed by another process{by}",
-                                dag.node(i).id
-                            ));
+                            observer.event(RunEvent::Waiting {
+                                id: &dag.node(i).id,
+                                holder: who.as_ref(),
+                            });
                         }
                         state[i] = State::Waiting { material, key };
                         continue;
@@ -439,7 +365,7 @@ pub fn run(dag: &Dag, store: &Store, cfg: &RunConfig) -> Result<RunReport, Engin
                         reports[i] = Some(report(i, Some(key), Outcome::ComputedElsewhere));
                         state[i] = State::Finished;
                         progressed = true;
-                        ui.finished(i, &dag.node(i).id, Outcome::ComputedElsewhere, None, None);
+                        finished(observer, i, Outcome::ComputedElsewhere, None, None);
                         continue;
                     }
                 }
@@ -453,7 +379,10 @@ pub fn run(dag: &Dag, store: &Store, cfg: &RunConfig) -> Result<RunReport, Engin
                 running += 1;
                 state[i] = State::Running;
                 reports[i] = Some(report(i, Some(key), Outcome::Executed));
-                ui.started(i, &dag.node(i).id);
+                observer.event(RunEvent::Started {
+                    node: i,
+                    id: &dag.node(i).id,
+                });
                 let job = Job {
                     index: i,
                     dag_node: dag.node(i).clone(),
@@ -501,7 +430,13 @@ pub fn run(dag: &Dag, store: &Store, cfg: &RunConfig) -> Result<RunReport, Engin
 
         // 3. Wait for something to happen.
         while let Ok(ev) = prx.try_recv() {
-            ui.progress(&ev, &dag.node(ev.node).id);
+            observer.event(RunEvent::Progress {
+                node: ev.node,
+                id: &dag.node(ev.node).id,
+                done: ev.done,
+                total: ev.total,
+                message: &ev.message,
+            });
         }
         let event = match rx.recv_timeout(Duration::from_millis(100)) {
             Ok(e) => e,
@@ -523,7 +458,7 @@ pub fn run(dag: &Dag, store: &Store, cfg: &RunConfig) -> Result<RunReport, Engin
                         r.duration_s = Some(seconds);
                         resolved[i] = Some(outputs);
                         state[i] = State::Finished;
-                        ui.finished(i, &dag.node(i).id, Outcome::Executed, Some(seconds), None);
+                        finished(observer, i, Outcome::Executed, Some(seconds), None);
                     }
                     WorkerResult::TaskFailed { error, seconds } => {
                         r.duration_s = Some(seconds);
@@ -535,9 +470,9 @@ pub fn run(dag: &Dag, store: &Store, cfg: &RunConfig) -> Result<RunReport, Engin
                         });
                         r.error = Some(error.to_string());
                         state[i] = State::Finished;
-                        ui.finished(
+                        finished(
+                            observer,
                             i,
-                            &dag.node(i).id,
                             Outcome::Failed,
                             Some(seconds),
                             Some(&error.to_string()),
@@ -560,7 +495,10 @@ pub fn run(dag: &Dag, store: &Store, cfg: &RunConfig) -> Result<RunReport, Engin
                             })
                         });
                         corrupt_retries[i] += 1;
-                        ui.line(&format!("upcc: corrupt object {} ({message}); quarantined, recomputing its producer", digest.short()));
+                        observer.event(RunEvent::Corrupt {
+                            digest,
+                            message: &message,
+                        });
                         match up {
                             Some(u) if corrupt_retries[i] <= 2 => {
                                 if let Some(k) = reports[u].as_ref().and_then(|r| r.key) {
@@ -571,7 +509,7 @@ pub fn run(dag: &Dag, store: &Store, cfg: &RunConfig) -> Result<RunReport, Engin
                                 state[u] = State::Pending;
                                 reports[i] = None;
                                 state[i] = State::Pending;
-                                ui.finished = ui.finished.saturating_sub(1);
+                                observer.event(RunEvent::Reopened { node: i });
                             }
                             _ => {
                                 let r = reports[i].as_mut().expect("report");
@@ -592,13 +530,7 @@ pub fn run(dag: &Dag, store: &Store, cfg: &RunConfig) -> Result<RunReport, Engin
                         r.error_tier = Some(e.tier());
                         r.error = Some(e.to_string());
                         state[i] = State::Finished;
-                        ui.finished(
-                            i,
-                            &dag.node(i).id,
-                            Outcome::Failed,
-                            None,
-                            Some(&e.to_string()),
-                        );
+                        finished(observer, i, Outcome::Failed, None, Some(&e.to_string()));
                         if !cfg.keep_going {
                             stopped = true;
                         }
@@ -607,7 +539,6 @@ pub fn run(dag: &Dag, store: &Store, cfg: &RunConfig) -> Result<RunReport, Engin
             }
         }
     }
-    ui.done();
 
     let nodes = (0..n)
         .map(|i| {

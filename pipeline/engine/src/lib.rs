@@ -19,7 +19,9 @@ pub mod task;
 pub use dag::{Dag, DagBuilder, InputDef, NodeDef, NodeIndex, Source, SourceLocation};
 pub use digest::{Artifact, Digest, NodeKeyTag};
 pub use error::{EngineError, Tier};
-pub use executor::{run, NodeReport, Outcome, ProgressMode, ProvenanceBase, RunConfig, RunReport};
+pub use executor::{
+    run, NodeReport, Observer, Outcome, ProvenanceBase, Quiet, RunConfig, RunEvent, RunReport,
+};
 pub use key::{KeyChange, KeyMaterial, KEY_SCHEMA_VERSION};
 pub use lease::LeaseHolder;
 pub use plan::{plan, NodeStatus, PlanEntry};

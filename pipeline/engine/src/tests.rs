@@ -148,7 +148,6 @@ fn cfg(keep_going: bool) -> RunConfig {
         memory_mb: 4096,
         keep_going,
         force: BTreeSet::new(),
-        progress: ProgressMode::Quiet,
         provenance: ProvenanceBase {
             run_id: "r".into(),
             ..Default::default()
@@ -166,18 +165,78 @@ fn runs(f: &Fixture) -> Vec<usize> {
 fn second_identical_run_executes_nothing() {
     let f = fixture();
     let dag = diamond(&f, &params(), false);
-    let r1 = run(&dag, &f.store, &cfg(false)).unwrap();
+    let r1 = run(&dag, &f.store, &cfg(false), &mut Quiet).unwrap();
     assert_eq!(r1.count(Outcome::Executed), 4);
-    let r2 = run(&dag, &f.store, &cfg(false)).unwrap();
+    let r2 = run(&dag, &f.store, &cfg(false), &mut Quiet).unwrap();
     assert_eq!(r2.count(Outcome::Executed), 0);
     assert_eq!(r2.count(Outcome::Cached), 4);
     assert_eq!(runs(&f), [1, 1, 1, 1]);
 }
 
+/// Records a run's events as text.
+#[derive(Default)]
+struct Recorder(Vec<String>);
+
+impl Observer for Recorder {
+    fn event(&mut self, e: RunEvent<'_>) {
+        self.0.push(match e {
+            RunEvent::Started { id, .. } => format!("start {id}"),
+            RunEvent::Finished { id, outcome, .. } => format!("finish {id} {outcome:?}"),
+            RunEvent::Progress { .. } => "progress".into(),
+            RunEvent::Reopened { node } => format!("reopen {node}"),
+            RunEvent::Waiting { id, .. } => format!("wait {id}"),
+            RunEvent::Corrupt { .. } => "corrupt".into(),
+        });
+    }
+}
+
+#[test]
+fn the_observer_hears_each_node_start_before_it_finishes_and_once_per_run() {
+    let f = fixture();
+    let dag = diamond(&f, &params(), false);
+    let mut rec = Recorder::default();
+    run(&dag, &f.store, &cfg(false), &mut rec).unwrap();
+    for id in ["a", "b", "c", "d"] {
+        let start = rec.0.iter().position(|e| e == &format!("start {id}"));
+        let finish = rec
+            .0
+            .iter()
+            .position(|e| e == &format!("finish {id} Executed"));
+        assert!(start.is_some() && start < finish, "{:?}", rec.0);
+    }
+    let d = rec.0.iter().position(|e| e == "start d").unwrap();
+    let b = rec.0.iter().position(|e| e == "finish b Executed");
+    assert!(
+        b < Some(d),
+        "d starts after its input finishes: {:?}",
+        rec.0
+    );
+    // Cached nodes finish without starting.
+    let mut again = Recorder::default();
+    run(&dag, &f.store, &cfg(false), &mut again).unwrap();
+    let mut got = again.0.clone();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            "finish a Cached",
+            "finish b Cached",
+            "finish c Cached",
+            "finish d Cached"
+        ]
+    );
+}
+
 #[test]
 fn param_change_reruns_only_downstream_and_status_says_why() {
     let f = fixture();
-    run(&diamond(&f, &params(), false), &f.store, &cfg(false)).unwrap();
+    run(
+        &diamond(&f, &params(), false),
+        &f.store,
+        &cfg(false),
+        &mut Quiet,
+    )
+    .unwrap();
     let mut p = params();
     p.insert("b", json!({"y": 2}));
     let dag = diamond(&f, &p, false);
@@ -201,7 +260,7 @@ fn param_change_reruns_only_downstream_and_status_says_why() {
         .iter()
         .all(|e| e.status == NodeStatus::Missing && e.reasons.is_empty()));
     assert!(other[0].material.is_some() && other[1].material.is_none());
-    let r = run(&dag, &f.store, &cfg(false)).unwrap();
+    let r = run(&dag, &f.store, &cfg(false), &mut Quiet).unwrap();
     let executed: Vec<_> = r
         .nodes
         .iter()
@@ -214,11 +273,17 @@ fn param_change_reruns_only_downstream_and_status_says_why() {
 #[test]
 fn unchanged_output_bytes_cut_off_downstream() {
     let f = fixture();
-    run(&diamond(&f, &params(), false), &f.store, &cfg(false)).unwrap();
+    run(
+        &diamond(&f, &params(), false),
+        &f.store,
+        &cfg(false),
+        &mut Quiet,
+    )
+    .unwrap();
     // `a`'s params change its key but not its output bytes (Echo only emits `out`).
     let mut p = params();
     p.insert("a", json!({"out": "A", "x": 2}));
-    let r = run(&diamond(&f, &p, false), &f.store, &cfg(false)).unwrap();
+    let r = run(&diamond(&f, &p, false), &f.store, &cfg(false), &mut Quiet).unwrap();
     let executed: Vec<_> = r
         .nodes
         .iter()
@@ -233,7 +298,7 @@ fn unchanged_output_bytes_cut_off_downstream() {
 fn failure_keeps_independent_results_and_publishes_nothing_for_the_failed_node() {
     let f = fixture();
     let dag = diamond(&f, &params(), true);
-    let r = run(&dag, &f.store, &cfg(true)).unwrap();
+    let r = run(&dag, &f.store, &cfg(true), &mut Quiet).unwrap();
     let outcome: BTreeMap<_, _> = r.nodes.iter().map(|n| (n.id.as_str(), n.outcome)).collect();
     assert_eq!(outcome["c"], Outcome::Failed);
     assert_eq!(outcome["d"], Outcome::Executed);
@@ -271,7 +336,7 @@ fn without_keep_going_the_run_stops_starting_nodes() {
     .unwrap();
     let mut c = cfg(false);
     c.threads = 1;
-    let r = run(&b.build(), &f.store, &c).unwrap();
+    let r = run(&b.build(), &f.store, &c, &mut Quiet).unwrap();
     let outcome: Vec<_> = r.nodes.iter().map(|n| n.outcome).collect();
     assert_eq!(
         outcome,
@@ -284,7 +349,7 @@ fn corrupt_input_is_quarantined_and_its_producer_recomputed() {
     use std::os::unix::fs::PermissionsExt;
     let f = fixture();
     let dag = diamond(&f, &params(), false);
-    let r = run(&dag, &f.store, &cfg(false)).unwrap();
+    let r = run(&dag, &f.store, &cfg(false), &mut Quiet).unwrap();
     // Corrupt b's output, then force d to rerun: it must not read the corrupt bytes.
     let b_key = r.nodes[1].key.unwrap();
     let b_out = f.store.read_manifest(&b_key).unwrap().unwrap().outputs["out"].digest;
@@ -295,7 +360,7 @@ fn corrupt_input_is_quarantined_and_its_producer_recomputed() {
     std::fs::write(&path, bytes).unwrap();
     let mut c = cfg(false);
     c.force.insert(3);
-    let r2 = run(&dag, &f.store, &c).unwrap();
+    let r2 = run(&dag, &f.store, &c, &mut Quiet).unwrap();
     assert_eq!(r2.count(Outcome::Failed), 0, "{:?}", r2.nodes);
     assert_eq!(runs(&f), [1, 2, 1, 2]);
     // The recomputed producer stored the same bytes again, intact.
@@ -325,7 +390,7 @@ fn two_runs_at_once_compute_each_node_once() {
         .map(|_| {
             let dag = dag.clone();
             let store = f.store.clone();
-            std::thread::spawn(move || run(&dag, &store, &cfg(false)).unwrap())
+            std::thread::spawn(move || run(&dag, &store, &cfg(false), &mut Quiet).unwrap())
         })
         .collect();
     let reports: Vec<RunReport> = handles.into_iter().map(|h| h.join().unwrap()).collect();
@@ -377,7 +442,7 @@ fn two_gpu_nodes(gpus: Vec<u64>) -> (bool, Vec<Option<usize>>) {
     let dag = b.build();
     let mut c = cfg(false);
     c.gpus = gpus;
-    let report = run(&dag, &f.store, &c).unwrap();
+    let report = run(&dag, &f.store, &c, &mut Quiet).unwrap();
     assert_eq!(report.count(Outcome::Executed), 2);
     let l = log.lock().unwrap();
     let overlap = l[0].1 < l[1].2 && l[1].1 < l[0].2;
