@@ -136,6 +136,17 @@ fn an_eci_parameter_reruns_only_eci_nodes_and_their_consumers() {
 }
 
 #[test]
+fn the_nmi_variant_reruns_only_the_tables_that_show_nmi() {
+    let (env, _) = setup();
+    // The experts table shows accuracies and the figure no NMI: neither is redrawn.
+    let r = env.run_ok(&["--set", "table.nmi=arithmetic"]);
+    assert_eq!(ids_with(&r, "executed"), ["table/main"]);
+    // Decimals change every table but not the figure.
+    let r = env.run_ok(&["--set", "table.decimals=2"]);
+    assert_eq!(ids_with(&r, "executed"), ["table/experts", "table/main"]);
+}
+
+#[test]
 fn a_corrupt_figure_is_never_shown_and_is_redrawn() {
     let (env, first) = setup();
     let png = output_path(&env, "figure/diag", "png");
