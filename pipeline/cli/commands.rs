@@ -263,12 +263,7 @@ fn render_views(
         }
         let inputs: Vec<(&TableInput, &[u8])> =
             found.iter().map(|(i, b)| (*i, b.as_slice())).collect();
-        let trials = if source == TableSource::Selection {
-            1
-        } else {
-            loaded.spec.trials.len()
-        };
-        let r = render_target(source, &t.layout, &inputs, trials)
+        let r = render_target(source, &t.layout, &inputs, t.trials)
             .map_err(|e| CliError::env(e.to_string()))?;
         out.push((t.name.clone(), r.markdown));
     }

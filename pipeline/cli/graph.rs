@@ -38,6 +38,8 @@ pub struct TargetNodes {
     pub layout: TableLayout,
     pub cells: Vec<CellTrial>,
     pub inputs: Vec<TableInput>,
+    /// Results per cell when complete (trials; 1 for selections and shared experts).
+    pub trials: usize,
 }
 
 pub struct Built {
@@ -78,6 +80,17 @@ fn build_with(
             .clone()
             .unwrap_or_else(|| vec![params.constraints.budget]);
         let selection = target.kind == TargetKind::Selection;
+        // Experts shared by the trials are one result per setting.
+        let expert_trials: Vec<u64> = if params.expert_sharing.per_trial {
+            spec.trials.clone()
+        } else {
+            spec.trials[..1].to_vec()
+        };
+        let trials = match target.kind {
+            TargetKind::Selection => 1,
+            TargetKind::Experts => expert_trials.len(),
+            TargetKind::Table | TargetKind::Figure => spec.trials.len(),
+        };
         let mut cells = Vec::new();
         for ds in &g.dataset {
             let dspec = &spec.file.datasets[ds];
@@ -85,7 +98,7 @@ fn build_with(
             for sup in &g.supervision {
                 let sspec = &spec.file.supervision[sup];
                 if target.kind == TargetKind::Experts {
-                    for &seed in &spec.trials {
+                    for &seed in &expert_trials {
                         let coords = BTreeMap::from([
                             ("dataset".to_string(), ds.clone()),
                             ("supervision".to_string(), sup.clone()),
@@ -207,7 +220,14 @@ fn build_with(
             splits: if experts { vec!["test".into()] } else { target.splits.clone() },
             settings,
             highlight_best: !experts,
-            caption: experts.then(|| "Mean ± std over trials of the experts' test accuracy (%, ACC); multi-expert settings: the mean over their experts".to_string()),
+            caption: experts.then(|| {
+                if params.expert_sharing.per_trial {
+                    "Mean ± std over trials of the experts' test accuracy (%, ACC); multi-expert settings: the mean over their experts"
+                } else {
+                    "The experts' test accuracy (%, ACC; one set of experts per setting, shared by the trials); multi-expert settings: the mean over their experts"
+                }
+                .to_string()
+            }),
         };
         let inputs: Vec<TableInput> = cells
             .iter()
@@ -239,7 +259,7 @@ fn build_with(
                 task: TableTask {
                     source: TableSource::of(target.kind),
                     layout: layout.clone(),
-                    trials: if selection { 1 } else { spec.trials.len() },
+                    trials,
                     inputs: inputs.clone(),
                 },
             })?,
@@ -270,6 +290,7 @@ fn build_with(
             layout,
             cells,
             inputs,
+            trials,
         });
     }
     Ok(Built {

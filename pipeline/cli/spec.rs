@@ -234,18 +234,47 @@ impl GridSpec {
     }
 }
 
+/// Whether a stage's result is computed once and shared by every trial (with its own `seed`)
+/// or once per trial (seeded by the trial): `seed` and `per_trial` in its section.
+#[derive(Clone, Copy, Debug)]
+pub struct Sharing {
+    pub seed: u64,
+    pub per_trial: bool,
+}
+
+impl Sharing {
+    /// The seed a trial's node of this stage uses.
+    pub fn seed_for(&self, trial: u64) -> u64 {
+        if self.per_trial {
+            trial
+        } else {
+            self.seed
+        }
+    }
+
+    /// The node id suffix: `tN` per trial, `sN` shared.
+    pub fn id_for(&self, trial: u64) -> String {
+        if self.per_trial {
+            format!("t{trial}")
+        } else {
+            format!("s{}", self.seed)
+        }
+    }
+}
+
 /// Pretraining as the spec resolves it.
 #[derive(Clone, Debug)]
 pub struct PretrainSpec {
     pub settings: PretrainSettings,
-    pub seed: u64,
-    pub per_trial: bool,
+    pub sharing: Sharing,
 }
 
 /// The stage sections every method shares, checked.
 #[derive(Clone, Debug)]
 pub struct StageParams {
     pub expert: ClassifierParams,
+    /// One set of experts per (dataset, supervision) shared by the trials, or one per trial.
+    pub expert_sharing: Sharing,
     pub constraints: ConstraintSettings,
     pub pretrain: PretrainSpec,
     pub cluster: ClusterSettings,
@@ -813,6 +842,41 @@ pub fn load(arg: &str, overrides: &[String]) -> Result<Spec> {
 }
 
 /// A section of `params` as a settings type, checked; problems reported at `params.<name>`.
+/// Take `seed` and `per_trial` out of section `name` (they choose the nodes, not the stage's
+/// settings); the rest is the stage's.
+fn take_sharing(
+    p: &mut Problems,
+    params: &mut BTreeMap<String, Value>,
+    name: &str,
+    default: Sharing,
+) -> Sharing {
+    let mut sharing = default;
+    let Some(Value::Mapping(m)) = params.get_mut(name) else {
+        return sharing;
+    };
+    if let Some(s) = m.remove("seed") {
+        match s.as_u64() {
+            Some(s) => sharing.seed = s,
+            None => p.add(
+                &["params", name, "seed"],
+                format!("`params.{name}.seed` must be a whole number ≥ 0"),
+                None,
+            ),
+        }
+    }
+    if let Some(s) = m.remove("per_trial") {
+        match s.as_bool() {
+            Some(b) => sharing.per_trial = b,
+            None => p.add(
+                &["params", name, "per_trial"],
+                format!("`params.{name}.per_trial` must be true or false"),
+                None,
+            ),
+        }
+    }
+    sharing
+}
+
 fn stage_section<T: DeserializeOwned + Check + Default>(
     p: &mut Problems,
     params: &BTreeMap<String, Value>,
@@ -1061,48 +1125,36 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
         }
     }
     let mut broken = BTreeSet::new();
-    let expert: ClassifierParams = stage_section(&mut p, &file.params, "expert", &mut broken);
+    let mut sections = file.params.clone();
+    // The paper trains one expert (group) per dataset and setting (App. C.3: "one expert
+    // classifier is trained per dataset"); trials draw their own constraints from it.
+    let expert_sharing = take_sharing(
+        &mut p,
+        &mut sections,
+        "expert",
+        Sharing {
+            seed: 0,
+            per_trial: false,
+        },
+    );
+    let pretrain_sharing = take_sharing(
+        &mut p,
+        &mut sections,
+        "pretrain",
+        Sharing {
+            seed: 0,
+            per_trial: false,
+        },
+    );
+    let expert: ClassifierParams = stage_section(&mut p, &sections, "expert", &mut broken);
     let constraints: ConstraintSettings =
         stage_section(&mut p, &file.params, "constraints", &mut broken);
     let cluster: ClusterSettings = stage_section(&mut p, &file.params, "cluster", &mut broken);
     let table: TableSettings = stage_section(&mut p, &file.params, "table", &mut broken);
-    let mut pretrain = PretrainSpec {
-        settings: PretrainSettings::default(),
-        seed: 0,
-        per_trial: false,
+    let pretrain = PretrainSpec {
+        settings: stage_section(&mut p, &sections, "pretrain", &mut broken),
+        sharing: pretrain_sharing,
     };
-    if let Some(v) = file.params.get("pretrain").filter(|v| !v.is_null()) {
-        let mut v = v.clone();
-        if let Value::Mapping(m) = &mut v {
-            if let Some(s) = m.remove("seed") {
-                match s.as_u64() {
-                    Some(s) => pretrain.seed = s,
-                    None => p.add(
-                        &["params", "pretrain", "seed"],
-                        "`params.pretrain.seed` must be a whole number ≥ 0",
-                        None,
-                    ),
-                }
-            }
-            if let Some(s) = m.remove("per_trial") {
-                match s.as_bool() {
-                    Some(b) => pretrain.per_trial = b,
-                    None => p.add(
-                        &["params", "pretrain", "per_trial"],
-                        "`params.pretrain.per_trial` must be true or false",
-                        None,
-                    ),
-                }
-            }
-        }
-        match serde_yaml_ng::from_value::<PretrainSettings>(v) {
-            Ok(s) => {
-                p.add_checks(&["params", "pretrain"], s.check());
-                pretrain.settings = s;
-            }
-            Err(e) => p.add_serde(&["params", "pretrain"], &e),
-        }
-    }
     // Sections only methods read: structure checked here once, so that a broken base section
     // is reported at `params` and not once per method.
     for name in method::method_sections() {
@@ -1397,6 +1449,7 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
         trials,
         params: StageParams {
             expert,
+            expert_sharing,
             constraints,
             pretrain,
             cluster,

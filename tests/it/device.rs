@@ -100,5 +100,5 @@ fn the_cpu_device_names_training_numerics_and_leaves_data_stages_exact() {
     assert_eq!(libs["device"], "cpu", "{libs}");
     assert_eq!(libs["numerics"], "cpu-f32", "{libs}");
     assert_eq!(explain("features/blobs")["numerics"], "exact");
-    assert_eq!(explain("expert/blobs/lv0.1/t1")["numerics"], "cpu-f32");
+    assert_eq!(explain("expert/blobs/lv0.1/s0")["numerics"], "cpu-f32");
 }

@@ -35,7 +35,7 @@ fn gc_keeps_the_targets_of_the_named_spec_and_deletes_the_rest() {
         ])
         .json();
     assert_eq!(
-        gone["fresh"], 4,
+        gone["fresh"], 3,
         "only the shared upstream nodes survive: {gone}"
     );
     assert_eq!(env.upcc(&["verify"]).code, 0);

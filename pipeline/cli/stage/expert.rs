@@ -39,15 +39,18 @@ impl Task for ExpertTask {
     }
 }
 
-/// The expert node of (dataset, supervision, trial); `None` for user-supplied constraints.
+/// The expert node of (dataset, supervision) that trial `trial` uses (shared by the trials
+/// unless `expert.per_trial`); `None` for user-supplied constraints.
 pub fn wire(
     w: &mut Wiring,
     feat: usize,
     ds: &str,
     sup: &str,
     sspec: &SupervisionSpec,
-    seed: u64,
+    trial: u64,
 ) -> Result<Option<usize>> {
+    let sharing = w.spec.params.expert_sharing;
+    let seed = sharing.seed_for(trial);
     let setting = match sspec {
         SupervisionSpec::Single { level } => expert::ExpertSetting::Single { level: *level },
         SupervisionSpec::Multi {
@@ -66,21 +69,24 @@ pub fn wire(
         classifier: w.spec.params.expert.clone(),
         seed,
     };
+    let mut labels = BTreeMap::from([
+        ("stage".to_string(), "expert".to_string()),
+        ("dataset".to_string(), ds.to_string()),
+        ("supervision".to_string(), sup.to_string()),
+    ]);
+    if sharing.per_trial {
+        labels.insert("trial".to_string(), trial.to_string());
+    }
     let resources = w.trainer(1024, 512);
     let compute = w.compute.clone();
     w.add(NodeSpec {
-        id: format!("expert/{ds}/{sup}/t{seed}"),
+        id: format!("expert/{ds}/{sup}/{}", sharing.id_for(trial)),
         stage: "expert",
         version: expert::VERSION,
         numerics: Numerics::Device,
         inputs: vec![input("features", feat, "features")],
         outputs: &["probs", "experts"],
-        labels: BTreeMap::from([
-            ("stage".to_string(), "expert".to_string()),
-            ("dataset".to_string(), ds.to_string()),
-            ("supervision".to_string(), sup.to_string()),
-            ("trial".to_string(), seed.to_string()),
-        ]),
+        labels,
         resources,
         task: ExpertTask { params, compute },
     })

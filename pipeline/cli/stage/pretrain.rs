@@ -47,7 +47,7 @@ impl Task for PretrainTask {
 pub fn wire(w: &mut Wiring, feat: usize, cell: &Cell, normalize_code: bool) -> Result<usize> {
     let ps = &w.spec.params.pretrain;
     let ds = cell.data_id();
-    let seed = if ps.per_trial { cell.seed } else { ps.seed };
+    let seed = ps.sharing.seed_for(cell.seed);
     let mut settings = ps.settings.clone();
     settings.normalize_code = normalize_code && settings.normalize_code;
     let plain = if settings.normalize_code || !ps.settings.normalize_code {
@@ -60,11 +60,7 @@ pub fn wire(w: &mut Wiring, feat: usize, cell: &Cell, normalize_code: bool) -> R
         embedding_dim: cell.dspec.embedding_dim,
         seed,
     };
-    let id = if ps.per_trial {
-        format!("pretrain/{ds}{plain}/t{}", cell.seed)
-    } else {
-        format!("pretrain/{ds}{plain}/s{seed}")
-    };
+    let id = format!("pretrain/{ds}{plain}/{}", ps.sharing.id_for(cell.seed));
     let resources = w.trainer(2048, 1024);
     let compute = w.compute.clone();
     w.add(NodeSpec {
