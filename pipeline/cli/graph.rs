@@ -11,7 +11,7 @@ use upcc_report::TableLayout;
 
 use crate::device::Compute;
 use crate::error::Result;
-use crate::spec::{axes_of, Spec, TargetKind};
+use crate::spec::{axes_of, oracle_run_name, OraclePanels, Spec, TargetKind};
 use crate::stage;
 use crate::stage::table::{
     FigureTask, TableInput, TableSource, TableTask, FIGURE_VERSION, TABLE_VERSION,
@@ -26,6 +26,8 @@ pub struct CellTrial {
     pub trial: u64,
     pub leaf: usize,
     pub output: &'static str,
+    /// Figures: the training node of the same cell under oracle judgments (panels G, H).
+    pub oracle_leaf: Option<usize>,
 }
 
 /// A target as built: its table node and cells.
@@ -80,6 +82,7 @@ fn build_with(
             .clone()
             .unwrap_or_else(|| vec![params.constraints.budget]);
         let selection = target.kind == TargetKind::Selection;
+        let oracle_panels = target.oracle_panels.unwrap_or_default();
         // Experts shared by the trials are one result per setting.
         let expert_trials: Vec<u64> = if params.expert_sharing.per_trial {
             spec.trials.clone()
@@ -96,7 +99,7 @@ fn build_with(
             let dspec = &spec.file.datasets[ds];
             let feat = stage::features::wire(&mut w, ds)?;
             for sup in &g.supervision {
-                let sspec = &spec.file.supervision[sup];
+                let sspec = spec.supervision(sup);
                 if target.kind == TargetKind::Experts {
                     for &seed in &expert_trials {
                         let coords = BTreeMap::from([
@@ -110,6 +113,7 @@ fn build_with(
                             trial: seed,
                             leaf: ex,
                             output: "experts",
+                            oracle_leaf: None,
                         });
                     }
                     continue;
@@ -163,6 +167,7 @@ fn build_with(
                                             trial: seed,
                                             leaf: node,
                                             output: "table",
+                                            oracle_leaf: None,
                                         });
                                         continue;
                                     }
@@ -179,11 +184,34 @@ fn build_with(
                                     } else {
                                         (metrics, "metrics")
                                     };
+                                    // Panels G and H: the same cell on oracle judgments.
+                                    let figure_run = target.kind == TargetKind::Figure
+                                        && oracle_panels == OraclePanels::Run;
+                                    let oracle_leaf =
+                                        match spec.oracle_runs.get_key_value(&oracle_run_name(sup))
+                                        {
+                                            Some((name, sspec)) if figure_run => {
+                                                let oracle_cell = Cell {
+                                                    supervision: name,
+                                                    sspec,
+                                                    ..cell
+                                                };
+                                                let run = resolved.method.wire(
+                                                    &mut w,
+                                                    &oracle_cell,
+                                                    &resolved.settings,
+                                                    feat,
+                                                )?;
+                                                Some(run.train)
+                                            }
+                                            _ => None,
+                                        };
                                     cells.push(CellTrial {
                                         coords,
                                         trial: seed,
                                         leaf,
                                         output,
+                                        oracle_leaf,
                                     });
                                 }
                             }
@@ -238,10 +266,20 @@ fn build_with(
                 trial: c.trial.to_string(),
             })
             .collect();
-        let wires: Vec<_> = inputs
+        let mut wires: Vec<_> = inputs
             .iter()
             .zip(&cells)
             .map(|(ti, c)| input(&ti.input, c.leaf, c.output))
+            .collect();
+        // Figures: input `o{i}` is cell i's oracle run, when it has one.
+        let oracle_inputs: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| {
+                let leaf = c.oracle_leaf?;
+                wires.push(input(&format!("o{i}"), leaf, "diagnostics"));
+                Some(format!("o{i}"))
+            })
             .collect();
         let node = match target.kind {
             TargetKind::Table | TargetKind::Experts | TargetKind::Selection => w.add(NodeSpec {
@@ -279,6 +317,11 @@ fn build_with(
                     kind: "figure",
                     title: layout.title.clone(),
                     inputs: inputs.clone(),
+                    oracle_inputs: if oracle_inputs.len() == inputs.len() {
+                        oracle_inputs
+                    } else {
+                        vec![]
+                    },
                     std_ddof: params.table.std_ddof,
                 },
             })?,

@@ -140,6 +140,52 @@ pub enum SupervisionSpec {
     },
     /// Constraints supplied by the user (CSV `a,b,y[,expert]` or Parquet).
     File { path: String },
+    /// The oracle 1[t_a = t_b] through the same corruption channel, under `experts` nominal
+    /// expert ids (the diagnostic run of the paper's Figure 3, panels G and H).
+    Oracle {
+        #[serde(default = "default_oracle_experts")]
+        experts: usize,
+    },
+}
+
+fn default_oracle_experts() -> usize {
+    1
+}
+
+impl SupervisionSpec {
+    /// Expert ids the constraints carry (file supervision: unknown before reading it).
+    pub fn n_experts(&self) -> Option<usize> {
+        match self {
+            SupervisionSpec::Single { .. } => Some(1),
+            SupervisionSpec::Multi { experts, .. } | SupervisionSpec::Oracle { experts } => {
+                Some(*experts)
+            }
+            SupervisionSpec::File { .. } => None,
+        }
+    }
+
+    /// Several expert ids (what the expert-aware ensembles need).
+    pub fn is_multi_expert(&self) -> bool {
+        self.n_experts().is_some_and(|e| e > 1)
+    }
+}
+
+/// Where a figure's oracle-supervision panels (G, H) come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OraclePanels {
+    /// A second ECI-PP run of each cell on oracle judgments through the same corruption
+    /// channel (supervision `SUP.oracle`), read from that run's own diagnostics (the paper).
+    #[default]
+    Run,
+    /// The expert-trained run's networks, scored against the corrupted oracle labels of the
+    /// held-out pairs instead of the experts' (no second run).
+    Relabel,
+}
+
+/// The supervision name of the oracle run derived for figure panels G and H.
+pub fn oracle_run_name(sup: &str) -> String {
+    format!("{sup}.oracle")
 }
 
 fn default_familiar() -> f64 {
@@ -172,6 +218,9 @@ pub struct TargetSpec {
     pub metrics: Vec<Metric>,
     #[serde(default = "default_splits")]
     pub splits: Vec<String>,
+    /// Figures only: where panels G and H come from (default: a run on oracle judgments).
+    #[serde(default)]
+    pub oracle_panels: Option<OraclePanels>,
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -293,6 +342,20 @@ pub struct Spec {
     pub methods: BTreeMap<String, ResolvedMethod>,
     /// Target names in the order the spec declares them (tables print in this order).
     pub target_order: Vec<String>,
+    /// Oracle supervision settings derived for figure targets (`SUP.oracle` → oracle
+    /// judgments under SUP's number of experts).
+    pub oracle_runs: BTreeMap<String, SupervisionSpec>,
+}
+
+impl Spec {
+    /// A supervision setting by name: the spec's own or a derived oracle run.
+    pub fn supervision(&self, name: &str) -> &SupervisionSpec {
+        self.file
+            .supervision
+            .get(name)
+            .or_else(|| self.oracle_runs.get(name))
+            .expect("validated supervision name")
+    }
 }
 
 /// Where a file's text came from.
@@ -1062,6 +1125,15 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
                     }
                 }
             }
+            SupervisionSpec::Oracle { experts } => {
+                if !(1..=10_000).contains(experts) {
+                    p.add(
+                        &at("experts"),
+                        format!("supervision `{name}`: `experts` (nominal expert ids of the oracle judgments) must be in 1..=10000, got {experts}"),
+                        None,
+                    );
+                }
+            }
             SupervisionSpec::File { path } => {
                 if !src.dir.join(path).exists() {
                     p.add(
@@ -1343,10 +1415,11 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
             }
             if r.method.needs_multi_expert() {
                 for sup in &g.supervision {
-                    if !matches!(
-                        file.supervision.get(sup),
-                        Some(SupervisionSpec::Multi { .. })
-                    ) {
+                    if !file
+                        .supervision
+                        .get(sup)
+                        .is_some_and(SupervisionSpec::is_multi_expert)
+                    {
                         p.add(&at("supervision"), format!("target `{t}`: method `{m}` ({}) has one member per expert and needs a multi-expert supervision setting; `{sup}` is not one", r.method.kind()), None);
                     }
                 }
@@ -1377,6 +1450,14 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
             );
             if experts && from_file {
                 p.add(&at("supervision"), format!("target `{t}` (kind: experts): supervision `{sup}` comes from a file and has no experts"), None);
+            }
+            if experts
+                && matches!(
+                    file.supervision.get(sup),
+                    Some(SupervisionSpec::Oracle { .. })
+                )
+            {
+                p.add(&at("supervision"), format!("target `{t}` (kind: experts): supervision `{sup}` is the oracle's and has no trained experts"), None);
             }
             if target.kind == TargetKind::Figure && from_file {
                 p.add(&at("supervision"), format!("target `{t}` (kind: figure): supervision `{sup}` comes from a file, which has no held-out diagnostic set (it needs the experts' judgments and the oracle labels)"), Some("draw the figure for an expert supervision setting".into()));
@@ -1440,6 +1521,42 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
             None,
         );
     }
+    // Figures draw panels G and H from a run on oracle judgments unless told otherwise.
+    let mut oracle_runs = BTreeMap::new();
+    for (t, target) in &file.targets {
+        if target.kind != TargetKind::Figure {
+            if target.oracle_panels.is_some() {
+                p.add(
+                    &["targets", t, "oracle_panels"],
+                    format!("target `{t}`: `oracle_panels` chooses where a figure's panels G and H come from; this target is of kind `{}`", format!("{:?}", target.kind).to_lowercase()),
+                    Some("drop it, or make the target `kind: figure`".into()),
+                );
+            }
+            continue;
+        }
+        if target.oracle_panels.unwrap_or_default() != OraclePanels::Run {
+            continue;
+        }
+        for sup in &target.grid.supervision {
+            let Some(experts) = file
+                .supervision
+                .get(sup)
+                .filter(|s| !matches!(s, SupervisionSpec::Oracle { .. }))
+                .and_then(SupervisionSpec::n_experts)
+            else {
+                continue;
+            };
+            let name = oracle_run_name(sup);
+            if file.supervision.contains_key(&name) {
+                p.add(
+                    &["supervision", &name],
+                    format!("supervision `{name}`: this name is taken by the oracle run that figure target `{t}` derives from `{sup}`"),
+                    Some("rename the setting, or set `oracle_panels: relabel` on the figure".into()),
+                );
+            }
+            oracle_runs.insert(name, SupervisionSpec::Oracle { experts });
+        }
+    }
     let display = src.display.clone();
     p.into_result(&display)?;
     Ok(Spec {
@@ -1457,6 +1574,7 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
         },
         methods,
         target_order: vec![],
+        oracle_runs,
     })
 }
 

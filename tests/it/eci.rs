@@ -90,6 +90,134 @@ fn diagnostics_are_recorded_per_iteration_and_in_range() {
     }
 }
 
+fn f64_column(path: &std::path::Path, name: &str) -> Vec<f64> {
+    use polars::prelude::*;
+    let df = ParquetReader::new(std::fs::File::open(path).unwrap())
+        .finish()
+        .unwrap();
+    df.column(name)
+        .unwrap()
+        .f64()
+        .unwrap()
+        .iter()
+        .map(|v| v.unwrap())
+        .collect()
+}
+
+/// (panel, iteration) → mean over trials, from a figure's `table` output.
+fn figure_means(path: &std::path::Path) -> std::collections::BTreeMap<(String, u32), f64> {
+    use polars::prelude::*;
+    let df = ParquetReader::new(std::fs::File::open(path).unwrap())
+        .finish()
+        .unwrap();
+    let panel = df.column("panel").unwrap().str().unwrap().clone();
+    let it = df.column("iteration").unwrap().u32().unwrap().clone();
+    let mean = df.column("mean").unwrap().f64().unwrap().clone();
+    (0..df.height())
+        .map(|i| {
+            (
+                (panel.get(i).unwrap().to_string(), it.get(i).unwrap()),
+                mean.get(i).unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn panels_g_and_h_come_from_a_run_on_oracle_judgments() {
+    let (env, r) = setup();
+    // The figure's cell ran a second time on oracle judgments: its constraints need no experts.
+    let ids: Vec<String> = r["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["id"].as_str().unwrap().to_string())
+        .collect();
+    for t in [1, 2] {
+        assert!(
+            ids.contains(&format!("train/blobs/multi2.oracle/eci-pp/nopre/t{t}")),
+            "{ids:?}"
+        );
+        assert!(
+            ids.contains(&format!("constraints/blobs/multi2.oracle/t{t}")),
+            "{ids:?}"
+        );
+    }
+    assert!(
+        !ids.iter()
+            .any(|i| i.starts_with("expert/blobs/multi2.oracle")),
+        "{ids:?}"
+    );
+    let m = manifest(&env, &env.spec(), "constraints/blobs/multi2.oracle/t1", &[]);
+    assert_eq!(m["material"]["params"]["oracle_experts"], 2, "{m}");
+    // Its training constraints are the oracle's, through the corruption channel.
+    let bytes = std::fs::read(output_path(
+        &env,
+        "constraints/blobs/multi2.oracle/t1",
+        "constraints",
+    ))
+    .unwrap();
+    let c = upcc_stages::constraints::Constraints::from_parquet(&bytes, "constraints").unwrap();
+    assert_eq!(c.n_experts(), 2);
+    for i in 0..c.len() {
+        assert!(matches!(c.y_clean[i], Some(v) if v == 0.0 || v == 1.0));
+    }
+    // G and H are the oracle run's own AUC and AP, averaged over the trials.
+    let means = figure_means(&output_path(&env, "figure/diag", "table"));
+    for (panel, column) in [("auc_oracle", "auc"), ("ap_oracle", "ap")] {
+        let runs: Vec<Vec<f64>> = [1, 2]
+            .iter()
+            .map(|t| {
+                let p = output_path(
+                    &env,
+                    &format!("train/blobs/multi2.oracle/eci-pp/nopre/t{t}"),
+                    "diagnostics",
+                );
+                f64_column(&p, column)
+            })
+            .collect();
+        for (k, it) in [2u32, 3, 4].iter().enumerate() {
+            let want = (runs[0][k] + runs[1][k]) / 2.0;
+            let got = means[&(panel.to_string(), *it)];
+            assert!(
+                (got - want).abs() < 1e-12,
+                "{panel} at {it}: {got} vs {want}"
+            );
+        }
+    }
+    // `oracle_panels: relabel` draws them from the expert run's relabelled columns, with no
+    // second run.
+    let spec = eci_spec().replacen(
+        "  diag:\n    kind: figure\n",
+        "  diag:\n    kind: figure\n    oracle_panels: relabel\n",
+        1,
+    );
+    env.write("spec.yaml", &spec);
+    let r = env.run_ok(&[]);
+    assert_eq!(ids_with(&r, "executed"), ["figure/diag"]);
+    let nodes = r["nodes"].as_array().unwrap();
+    assert!(
+        !nodes
+            .iter()
+            .any(|n| n["id"].as_str().unwrap().contains("oracle")),
+        "{r}"
+    );
+    let means = figure_means(&output_path(&env, "figure/diag", "table"));
+    let runs: Vec<Vec<f64>> = [1, 2]
+        .iter()
+        .map(|t| {
+            let p = output_path(
+                &env,
+                &format!("train/blobs/multi2/eci-pp/nopre/t{t}"),
+                "diagnostics",
+            );
+            f64_column(&p, "auc_oracle")
+        })
+        .collect();
+    let got = means[&("auc_oracle".to_string(), 4)];
+    assert!((got - (runs[0][2] + runs[1][2]) / 2.0).abs() < 1e-12);
+}
+
 #[test]
 fn multi_expert_constraints_record_their_expert_and_split_the_budget() {
     use upcc_stages::constraints::Constraints;

@@ -205,3 +205,58 @@ fn an_empty_selector_value_is_an_error() {
     assert_eq!(r.code, 2, "{r:?}");
     assert!(r.stderr.contains("`method=` names no value"), "{r:?}");
 }
+
+#[test]
+fn oracle_settings_and_oracle_panels_are_checked_before_anything_runs() {
+    let eci = TINY_SPEC.replacen(
+        "  weighted-probpair: {}\n",
+        "  weighted-probpair: {}\n  eci-pp: {train: {epochs: 2}, eci: {warmup_epochs: 1}}\n",
+        1,
+    );
+    let figure = "  fig:\n    kind: figure\n    grid: {dataset: [blobs], supervision: [lv0.1], method: [eci-pp], pretrain: [false]}\n";
+    // `oracle_panels` belongs to figures.
+    rejects(
+        Some(&(eci.clone() + "    oracle_panels: run\n")),
+        &[],
+        &[],
+        &[
+            "`oracle_panels` chooses where a figure's panels G and H come from",
+            "kind `table`",
+        ],
+    );
+    // An unknown reading names the valid ones.
+    rejects(
+        Some(&(eci.clone() + figure + "    oracle_panels: rerun\n")),
+        &[],
+        &[],
+        &["oracle_panels", "relabel"],
+    );
+    // The derived oracle run's name must be free.
+    let taken = eci.replacen(
+        "  lv0.1: {kind: single, level: 0.1}\n",
+        "  lv0.1: {kind: single, level: 0.1}\n  lv0.1.oracle: {kind: oracle}\n",
+        1,
+    ) + figure;
+    rejects(
+        Some(&taken),
+        &[],
+        &[],
+        &["`lv0.1.oracle`", "oracle_panels: relabel"],
+    );
+    // No experts behind oracle judgments: no experts table, and a sane number of ids.
+    let oracle = TINY_SPEC.replacen(
+        "  lv0.1: {kind: single, level: 0.1}\n",
+        "  lv0.1: {kind: single, level: 0.1}\n  truth: {kind: oracle, experts: 0}\n",
+        1,
+    )
+        + "  ex:\n    kind: experts\n    grid: {dataset: [blobs], supervision: [truth]}\n";
+    rejects(
+        Some(&oracle),
+        &[],
+        &[],
+        &[
+            "`experts` (nominal expert ids of the oracle judgments) must be in 1..=10000",
+            "is the oracle's and has no trained experts",
+        ],
+    );
+}

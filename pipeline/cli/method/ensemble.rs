@@ -98,7 +98,9 @@ impl EnsembleMethod {
         selection: Option<usize>,
     ) -> Result<usize> {
         let experts = match cell.sspec {
-            SupervisionSpec::Multi { experts, .. } => *experts,
+            SupervisionSpec::Multi { experts, .. } | SupervisionSpec::Oracle { experts } => {
+                *experts
+            }
             _ => 1,
         };
         let mut inputs = vec![input("features", feat, "features")];

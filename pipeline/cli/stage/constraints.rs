@@ -15,13 +15,25 @@ use crate::wiring::{fmt_f, input, parquet, stage_err, Cell, NodeSpec, Numerics, 
 pub struct ConstraintsTask {
     #[serde(flatten)]
     pub params: constraints::ConstraintParams,
+    /// Oracle judgments 1[t_a = t_b] under this many nominal experts (supervision `oracle`);
+    /// absent: the experts' judgments (input `probs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oracle_experts: Option<usize>,
 }
 
 impl Task for ConstraintsTask {
     fn run(&self, ctx: &mut TaskContext) -> std::result::Result<(), TaskError> {
         let f = super::features::load(ctx)?;
-        let probs = expert::ExpertProbs::from_parquet(ctx.input("probs")?).map_err(stage_err)?;
-        let (c, d) = constraints::generate(&self.params, &f, &probs).map_err(stage_err)?;
+        let probs;
+        let judge = match self.oracle_experts {
+            Some(experts) => constraints::Judge::Oracle { experts },
+            None => {
+                probs =
+                    expert::ExpertProbs::from_parquet(ctx.input("probs")?).map_err(stage_err)?;
+                constraints::Judge::Experts(&probs)
+            }
+        };
+        let (c, d) = constraints::generate(&self.params, &f, judge).map_err(stage_err)?;
         let corrupted = c.corrupted.iter().filter(|x| **x == Some(true)).count();
         ctx.log(format!(
             "{} constraints ({corrupted} corrupted), {} diagnostic pairs",
@@ -116,9 +128,19 @@ pub fn wire(w: &mut Wiring, feat: usize, cell: &Cell) -> Result<usize> {
                 },
             })
         }
-        SupervisionSpec::Single { .. } | SupervisionSpec::Multi { .. } => {
-            let ex = super::expert::wire(w, feat, ds, sup, cell.sspec, seed)?
-                .expect("not a file supervision");
+        SupervisionSpec::Single { .. }
+        | SupervisionSpec::Multi { .. }
+        | SupervisionSpec::Oracle { .. } => {
+            let mut inputs = vec![input("features", feat, "features")];
+            let oracle_experts = match cell.sspec {
+                SupervisionSpec::Oracle { experts } => Some(*experts),
+                _ => {
+                    let ex = super::expert::wire(w, feat, ds, sup, cell.sspec, seed)?
+                        .expect("not a file supervision");
+                    inputs.push(input("probs", ex, "probs"));
+                    None
+                }
+            };
             let params = constraints::ConstraintParams {
                 settings: constraints::ConstraintSettings {
                     budget: cell.budget,
@@ -133,14 +155,14 @@ pub fn wire(w: &mut Wiring, feat: usize, cell: &Cell) -> Result<usize> {
                 stage: "constraints",
                 version: constraints::VERSION,
                 numerics: Numerics::Exact,
-                inputs: vec![
-                    input("features", feat, "features"),
-                    input("probs", ex, "probs"),
-                ],
+                inputs,
                 outputs: &["constraints", "diagnostic"],
                 labels,
                 resources: Wiring::small(256),
-                task: ConstraintsTask { params },
+                task: ConstraintsTask {
+                    params,
+                    oracle_experts,
+                },
             })
         }
     }

@@ -62,7 +62,7 @@ pub fn wire(
             familiar: *familiar,
             unfamiliar: *unfamiliar,
         },
-        SupervisionSpec::File { .. } => return Ok(None),
+        SupervisionSpec::File { .. } | SupervisionSpec::Oracle { .. } => return Ok(None),
     };
     let params = expert::ExpertParams {
         setting,

@@ -177,12 +177,17 @@ pub struct FigureTask {
     pub kind: &'static str,
     pub title: String,
     pub inputs: Vec<TableInput>,
+    /// Per input, the input holding the diagnostics of the same cell's run on oracle
+    /// judgments: panels G and H come from its AUC and AP (empty: from the inputs' own
+    /// relabelled columns, `oracle_panels: relabel`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub oracle_inputs: Vec<String>,
     pub std_ddof: u8,
 }
 
 impl Task for FigureTask {
     fn run(&self, ctx: &mut TaskContext) -> Result<(), TaskError> {
-        use upcc_report::figure::{render, Series, TrialDiagnostics, PANELS};
+        use upcc_report::figure::{render, Series, TrialDiagnostics};
         // One line per cell: label it by the coordinates that vary across the figure.
         let varying: Vec<String> = {
             let mut keys: Vec<String> = self
@@ -198,24 +203,27 @@ impl Task for FigureTask {
             keys
         };
         let mut series: Vec<Series> = Vec::new();
-        for i in &self.inputs {
+        for (k, i) in self.inputs.iter().enumerate() {
             let t = upcc_stages::table::Table::from_parquet(
                 ctx.input(&i.input)?,
                 "diagnostics artifact",
             )
             .map_err(stage_err)?;
             let iterations = t.u32("iteration").map_err(stage_err)?;
-            let column = |name: &str| t.f64(name).map_err(stage_err);
-            let values = [
-                column(PANELS[0].0)?,
-                column(PANELS[1].0)?,
-                column(PANELS[2].0)?,
-                column(PANELS[3].0)?,
-                column(PANELS[4].0)?,
-                column(PANELS[5].0)?,
-                column(PANELS[6].0)?,
-                column(PANELS[7].0)?,
-            ];
+            // Diagnostics written before a column existed read as not recorded (NaN).
+            let values = upcc_report::figure::columns()
+                .map(|name| {
+                    if t.has_column(name) {
+                        t.f64(name).map_err(stage_err)
+                    } else {
+                        Ok(vec![f64::NAN; iterations.len()])
+                    }
+                })
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            let mut values = values;
+            if let Some(o) = self.oracle_inputs.get(k) {
+                oracle_panels(ctx.input(o)?, &iterations, &mut values)?;
+            }
             let label = if varying.is_empty() {
                 i.coords.values().cloned().collect::<Vec<_>>().join(" ")
             } else {
@@ -256,4 +264,26 @@ impl Task for FigureTask {
         ctx.put_output("svg", f.svg.into_bytes(), "image/svg+xml", "figure.svg");
         parquet(ctx, "table", table)
     }
+}
+
+/// Panels G and H (columns 6 and 7 of `values`) from the oracle run's own AUC and AP of the
+/// gap as a corruption detector, matched by iteration (NaN where it recorded none).
+fn oracle_panels(
+    bytes: &[u8],
+    iterations: &[u32],
+    values: &mut [Vec<f64>],
+) -> Result<(), TaskError> {
+    let t = upcc_stages::table::Table::from_parquet(bytes, "oracle-run diagnostics artifact")
+        .map_err(stage_err)?;
+    let its = t.u32("iteration").map_err(stage_err)?;
+    let (auc, ap) = (
+        t.f64("auc").map_err(stage_err)?,
+        t.f64("ap").map_err(stage_err)?,
+    );
+    for (i, it) in iterations.iter().enumerate() {
+        let j = its.iter().position(|x| x == it);
+        values[6][i] = j.map_or(f64::NAN, |j| auc[j]);
+        values[7][i] = j.map_or(f64::NAN, |j| ap[j]);
+    }
+    Ok(())
 }

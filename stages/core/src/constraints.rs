@@ -235,11 +235,46 @@ fn judgment(probs: &ExpertProbs, e: usize, a: u32, b: u32) -> f32 {
     s.clamp(0.0, 1.0) as f32
 }
 
+/// Where the judgments come from.
+#[derive(Clone, Copy)]
+pub enum Judge<'a> {
+    /// The simulated experts: y = ⟨p_a, p_b⟩ under the pair's expert.
+    Experts(&'a ExpertProbs),
+    /// The oracle y = 1[t_a = t_b] from the true labels, under `experts` nominal expert ids
+    /// (the budget split and the streams as for that many experts, so the pairs and the
+    /// corruption draws are the expert setting's own).
+    Oracle { experts: usize },
+}
+
+impl Judge<'_> {
+    fn n_experts(&self) -> usize {
+        match self {
+            Judge::Experts(p) => p.n_experts,
+            Judge::Oracle { experts } => *experts,
+        }
+    }
+
+    fn judge(&self, features: &Features, e: usize, a: u32, b: u32) -> f32 {
+        match self {
+            Judge::Experts(p) => judgment(p, e, a, b),
+            Judge::Oracle { .. } => oracle(features, a, b),
+        }
+    }
+}
+
+fn oracle(features: &Features, a: u32, b: u32) -> f32 {
+    if features.labels[a as usize] == features.labels[b as usize] {
+        1.0
+    } else {
+        0.0
+    }
+}
+
 /// Generate the training constraints and the diagnostic set.
 pub fn generate(
     node: &ConstraintParams,
     features: &Features,
-    probs: &ExpertProbs,
+    judge: Judge,
 ) -> Result<(Constraints, Constraints)> {
     let params = &node.settings;
     let seed = node.seed;
@@ -252,7 +287,10 @@ pub fn generate(
     if params.budget == 0 {
         return Err(StageError::input("`constraints.budget` must be at least 1"));
     }
-    let n_experts = probs.n_experts;
+    let n_experts = judge.n_experts();
+    if n_experts == 0 {
+        return Err(StageError::input("the supervision has no experts"));
+    }
     let train = features.train_indices();
     let mut out = Constraints::default();
     for e in 0..n_experts {
@@ -265,7 +303,7 @@ pub fn generate(
                 a,
                 b,
                 e,
-                judgment(probs, e, a, b),
+                judge.judge(features, e, a, b),
                 params.corruption,
                 &mut noise_rng,
             );
@@ -286,15 +324,11 @@ pub fn generate(
             a,
             b,
             e,
-            judgment(probs, e, a, b),
+            judge.judge(features, e, a, b),
             params.corruption,
             &mut noise,
         );
-        let oracle = if features.labels[a as usize] == features.labels[b as usize] {
-            1.0
-        } else {
-            0.0
-        };
+        let oracle = oracle(features, a, b);
         // The oracle variant goes through the same corruption draw.
         diag.oracle.push(oracle);
         diag.y_oracle.push(u.unwrap_or(oracle));
@@ -433,5 +467,88 @@ fn to_index(display: &str, name: &str, at: DataPlace, v: f64) -> Result<u32> {
             at,
             format!("`{name}` = {v} is not a non-negative integer index"),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 40 rows, 4 classes, the last 10 rows the test split.
+    fn features() -> Features {
+        let n = 40;
+        Features {
+            ids: (0..n as u32).collect(),
+            labels: (0..n as u32).map(|i| i % 4).collect(),
+            is_test: (0..n).map(|i| i >= 30).collect(),
+            is_val: vec![false; n],
+            x: vec![0.0; n],
+            dim: 1,
+            n_classes: 4,
+        }
+    }
+
+    /// Experts that are sure of a wrong class (so their judgments differ from the oracle's).
+    fn probs(f: &Features, experts: usize) -> ExpertProbs {
+        let mut p = Vec::new();
+        for e in 0..experts {
+            for r in 0..f.rows() {
+                let c = (f.labels[r] as usize + 1 + e) % 4;
+                p.extend((0..4).map(|k| if k == c { 0.9 } else { 0.1 / 3.0 }));
+            }
+        }
+        ExpertProbs {
+            n_experts: experts,
+            n_classes: 4,
+            rows: f.rows(),
+            p,
+        }
+    }
+
+    #[test]
+    fn oracle_judgments_take_the_expert_settings_pairs_and_corruption_draws() {
+        let f = features();
+        let node = ConstraintParams {
+            settings: ConstraintSettings {
+                budget: 90,
+                corruption: 0.3,
+                diagnostic_pairs: 20,
+            },
+            seed: 7,
+        };
+        let probs = probs(&f, 3);
+        let (ex, ex_diag) = generate(&node, &f, Judge::Experts(&probs)).unwrap();
+        let (or, or_diag) = generate(&node, &f, Judge::Oracle { experts: 3 }).unwrap();
+        // Same pairs, nominal experts and corruption pattern as the 3-expert setting.
+        assert_eq!((&ex.a, &ex.b, &ex.expert), (&or.a, &or.b, &or.expert));
+        assert_eq!(ex.corrupted, or.corrupted);
+        assert_eq!(or.n_experts(), 3);
+        for i in 0..or.len() {
+            let truth = oracle(&f, or.a[i], or.b[i]);
+            assert_eq!(or.y_clean[i], Some(truth));
+            if or.corrupted[i] == Some(true) {
+                // The corrupting Uniform(0, 1) draw is the same one.
+                assert_eq!(or.y[i], ex.y[i]);
+            } else {
+                assert_eq!(or.y[i], truth);
+            }
+            assert!(!f.is_test[or.a[i] as usize] && !f.is_test[or.b[i] as usize]);
+        }
+        assert!((0..ex.len()).any(|i| ex.y_clean[i] != or.y_clean[i]));
+        // The diagnostic set: the same test pairs; its judgments are the oracle's.
+        assert_eq!((&ex_diag.a, &ex_diag.b), (&or_diag.a, &or_diag.b));
+        assert_eq!(or_diag.oracle, ex_diag.oracle);
+        assert_eq!(or_diag.y_oracle, ex_diag.y_oracle);
+        assert_eq!(or_diag.y, or_diag.y_oracle);
+        assert!(or_diag.a.iter().all(|&a| f.is_test[a as usize]));
+    }
+
+    #[test]
+    fn a_setting_without_experts_is_refused() {
+        let node = ConstraintParams {
+            settings: ConstraintSettings::default(),
+            seed: 1,
+        };
+        assert!(generate(&node, &features(), Judge::Oracle { experts: 0 }).is_err());
     }
 }

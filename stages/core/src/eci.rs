@@ -30,6 +30,19 @@ pub enum CorrectorLoss {
     SmoothL1,
 }
 
+/// Which final linear layers of the Estimators and the Integrator the between-iteration noise
+/// perturbs (`perturb_layers`; the Correctors' output layer always).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PerturbLayers {
+    /// The encoder's last layer (the embedding layer).
+    Embedding,
+    /// The decoder's output layer.
+    DecoderOutput,
+    /// Both.
+    Both,
+}
+
 /// ECI-PP hyper-parameters (defaults: the paper's one global setting).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -62,6 +75,11 @@ pub struct EciSettings {
     pub xi: f64,
     /// Std of the Gaussian noise added to the final linear layers between iterations.
     pub perturb_std: f64,
+    /// Which layers of the Estimators and the Integrator are perturbed (FIDELITY.md).
+    pub perturb_layers: PerturbLayers,
+    /// Perturb before the first refinement iteration too (false: only between refinement
+    /// iterations, i.e. from the second on).
+    pub perturb_first: bool,
     /// Record held-out diagnostics every this many iterations (0: never).
     pub diagnostics_every: usize,
 }
@@ -85,6 +103,8 @@ impl Default for EciSettings {
             n0: 10.0,
             xi: 20.0,
             perturb_std: 0.01,
+            perturb_layers: PerturbLayers::Embedding,
+            perturb_first: true,
             diagnostics_every: 1,
         }
     }
@@ -771,20 +791,22 @@ pub fn run<D: Device<f32>>(
         diagnostics.push(rec);
     }
     // Stage II: iterative refinement.
-    let enc_last = format!("encoder.{}", tp.settings.hidden.len());
-    let est_layers = vec![format!("{enc_last}.weight"), format!("{enc_last}.bias")];
+    let est_layers = perturbed_layers(s.perturb_layers, tp.settings.hidden.len());
     let cor_last = format!("corrector.{}", s.corrector_hidden.len());
     let cor_layers = vec![format!("{cor_last}.weight"), format!("{cor_last}.bias")];
     for t in warmup..total {
         // Mild perturbation of the final linear layers between iterations.
-        for e in est.models.iter_mut() {
+        let perturb = s.perturb_std > 0.0 && (s.perturb_first || t > warmup);
+        for e in est.models.iter_mut().filter(|_| perturb) {
             e.params
                 .perturb(&est_layers, s.perturb_std, &mut noise_rng)?;
         }
-        integrator
-            .params
-            .perturb(&est_layers, s.perturb_std, &mut noise_rng)?;
-        for c in st.correctors.iter_mut() {
+        if perturb {
+            integrator
+                .params
+                .perturb(&est_layers, s.perturb_std, &mut noise_rng)?;
+        }
+        for c in st.correctors.iter_mut().filter(|_| perturb) {
             c.params
                 .perturb(&cor_layers, s.perturb_std, &mut noise_rng)?;
         }
@@ -971,6 +993,22 @@ impl crate::check::Check for EciSettings {
     }
 }
 
+/// Parameter names of the Estimator/Integrator layers the perturbation touches, for an
+/// autoencoder with `hidden` hidden layers on each side (layers `encoder.0..=hidden`).
+pub fn perturbed_layers(which: PerturbLayers, hidden: usize) -> Vec<String> {
+    let layer = |net: &str| {
+        [
+            format!("{net}.{hidden}.weight"),
+            format!("{net}.{hidden}.bias"),
+        ]
+    };
+    match which {
+        PerturbLayers::Embedding => layer("encoder").to_vec(),
+        PerturbLayers::DecoderOutput => layer("decoder").to_vec(),
+        PerturbLayers::Both => [layer("encoder"), layer("decoder")].concat(),
+    }
+}
+
 /// The checks of the settings plus what involves the training settings: the warm-up is part
 /// of the total number of epochs.
 pub fn validate(s: &EciSettings, tp: &TrainParams) -> Result<()> {
@@ -990,6 +1028,42 @@ pub fn validate(s: &EciSettings, tp: &TrainParams) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_perturbed_layer_is_a_parameter_of_the_estimator_and_the_integrator() {
+        use crate::train::{ProbPairModel, TrainParams, TrainSettings, Weighting};
+        let settings = TrainSettings {
+            hidden: vec![4, 3],
+            ..TrainSettings::default()
+        };
+        let tp = TrainParams::new(settings, Weighting::Kappa, 2, false, 1);
+        let mut rng = Stream::new(1, &["test"]);
+        let model = ProbPairModel::new(&upcc_nn::Cpu, &tp, 5, None, &mut rng).unwrap();
+        for which in [
+            PerturbLayers::Embedding,
+            PerturbLayers::DecoderOutput,
+            PerturbLayers::Both,
+        ] {
+            let names = perturbed_layers(which, 2);
+            assert_eq!(
+                names.len(),
+                if which == PerturbLayers::Both { 4 } else { 2 }
+            );
+            for n in &names {
+                assert!(
+                    model.params.id_of(n).is_some(),
+                    "{which:?}: no parameter `{n}`"
+                );
+            }
+        }
+        // The embedding layer maps to the code (2 units), the decoder output to the input (5).
+        let shape = |n: &str| {
+            let id = model.params.id_of(n).unwrap();
+            model.params.shape(id)
+        };
+        assert_eq!(shape("encoder.2.weight"), (2, 3));
+        assert_eq!(shape("decoder.2.weight"), (5, 4));
+    }
 
     #[test]
     fn softclip_matches_hand_values_and_stays_inside_the_unit_interval() {

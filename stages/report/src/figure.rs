@@ -20,6 +20,21 @@ pub const PANELS: [(&str, &str); 8] = [
     ("ap_oracle", "(H) AP, oracle supervision"),
 ];
 
+/// Diagnostics tabulated with the panels (in the figure's table) but not drawn: how much the
+/// Correctors correct and how much screening keeps, over the training constraints.
+pub const EXTRA: [(&str, &str); 2] = [
+    ("mean_abs_delta", "mean |Δ̂| over the training constraints"),
+    (
+        "mean_w",
+        "mean screening weight w over the training constraints",
+    ),
+];
+
+/// Every column a figure reads: the eight panels, then `EXTRA`.
+pub fn columns() -> impl Iterator<Item = &'static str> {
+    PANELS.iter().chain(EXTRA.iter()).map(|c| c.0)
+}
+
 const COLORS: [RGBColor; 6] = [
     RGBColor(31, 119, 180),
     RGBColor(214, 39, 40),
@@ -32,12 +47,12 @@ const COLORS: [RGBColor; 6] = [
 const FONT: &[u8] = include_bytes!("../fonts/DejaVuSans.ttf");
 static FONT_ONCE: Once = Once::new();
 
-/// One trial's diagnostics: iteration → the eight panel values.
+/// One trial's diagnostics: iteration → the value of every column (`columns()`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct TrialDiagnostics {
     pub iterations: Vec<u32>,
-    /// `values[p][i]`: panel p at `iterations[i]`.
-    pub values: [Vec<f64>; 8],
+    /// `values[c][i]`: column c of `columns()` at `iterations[i]` (NaN: not recorded).
+    pub values: Vec<Vec<f64>>,
 }
 
 /// One line of the figure: a cell and its trials.
@@ -63,9 +78,14 @@ pub fn render(title: &str, series: &[Series], std_ddof: u8) -> Result<Figure, Re
     let mut values = Vec::new();
     for s in series {
         for t in &s.trials {
-            for (p, (name, _)) in PANELS.iter().enumerate() {
+            for (p, name) in columns().enumerate() {
                 for (i, &it) in t.iterations.iter().enumerate() {
-                    let v = t.values[p][i];
+                    let v = t
+                        .values
+                        .get(p)
+                        .and_then(|c| c.get(i))
+                        .copied()
+                        .unwrap_or(f64::NAN);
                     if v.is_finite() {
                         keys.push(vec![s.label.clone(), name.to_string(), format!("{it:08}")]);
                         values.push(v);
@@ -219,7 +239,7 @@ mod tests {
         let v = |base: f64| vec![base + offset, base - 0.1 + offset, base - 0.15 + offset];
         TrialDiagnostics {
             iterations,
-            values: [
+            values: vec![
                 v(0.3),
                 v(0.25),
                 v(0.2),
@@ -228,6 +248,8 @@ mod tests {
                 v(0.6),
                 v(0.8),
                 v(0.7),
+                v(0.05),
+                v(0.5),
             ],
         }
     }
@@ -244,6 +266,14 @@ mod tests {
             assert!(f.svg.contains(plain), "SVG lacks `{title}`");
         }
         assert_eq!(&f.png[..8], b"\x89PNG\r\n\x1a\n");
+        // The undrawn columns are tabulated too, and nowhere drawn.
+        let w = f
+            .stats
+            .iter()
+            .find(|(_, p, it, _)| p == "mean_w" && *it == 2)
+            .unwrap();
+        assert!((w.3.mean - 0.41).abs() < 1e-9, "{:?}", w.3);
+        assert!(!f.svg.contains("screening weight"));
         let a = f
             .stats
             .iter()
