@@ -37,6 +37,10 @@ paper *args:
 run spec=spec *args:
     cargo run --release -- run {{spec}} {{args}}
 
+# Every target of a spec from the store, with an HTML page: `just report`, then open report/index.html.
+report spec=spec out="report" *selectors:
+    cargo run --release -- report {{spec}} {{selectors}} --out {{out}}
+
 # Explain one node: `just explain experiments/smoke.yaml train/mnist5k/lv0.01/probpair/pre/t1`.
 explain spec node:
     cargo run --release -- explain {{spec}} {{node}}

@@ -42,6 +42,8 @@ pub enum Command {
     Verify,
     /// Delete what the targets of the named specs do not reach.
     Gc(GcArgs),
+    /// Write every target (tables, figures) and a static HTML report from the store.
+    Report(ReportArgs),
 }
 
 impl Command {
@@ -51,7 +53,7 @@ impl Command {
             Command::Run(a) => a.spec.json,
             Command::Status(a) => a.json,
             Command::Explain(a) => a.json,
-            Command::Verify | Command::Gc(_) => false,
+            Command::Verify | Command::Gc(_) | Command::Report(_) => false,
         }
     }
 }
@@ -125,4 +127,16 @@ pub struct GcArgs {
     /// Only report what would be deleted.
     #[arg(long)]
     pub dry_run: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// Spec file, then `target=NAME[,NAME…]` to report only those targets.
+    #[arg(value_name = "SPEC [target=NAME]...", required = true, num_args = 1..)]
+    pub spec_and_selectors: Vec<String>,
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Folder to write into: `index.html`, and one folder per target with its files.
+    #[arg(long, value_name = "DIR")]
+    pub out: std::path::PathBuf,
 }

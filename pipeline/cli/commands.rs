@@ -28,7 +28,7 @@ pub fn store_path(flag: &Option<PathBuf>) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("artifacts"))
 }
 
-fn open_store(flag: &Option<PathBuf>, create: bool) -> Result<Store> {
+pub(crate) fn open_store(flag: &Option<PathBuf>, create: bool) -> Result<Store> {
     let path = store_path(flag);
     let shared = std::env::var("UPCC_STORE_SHARED").is_ok_and(|v| v == "1");
     let r = if create {
@@ -157,7 +157,7 @@ fn run_id() -> String {
 /// where figures are.
 /// Read an object a view shows; a corrupt one is quarantined with the result that produced it
 /// (so the next engine pass recomputes that node) and reads as absent.
-fn view_object(
+pub(crate) fn view_object(
     store: &Store,
     producer: &Digest<NodeKeyTag>,
     digest: &Digest<upcc_engine::Artifact>,

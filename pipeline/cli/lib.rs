@@ -9,6 +9,7 @@ pub mod error;
 pub mod graph;
 pub mod method;
 pub mod progress;
+pub mod report;
 pub mod select;
 pub mod spec;
 pub mod stage;
@@ -39,6 +40,7 @@ pub fn main_entry() -> i32 {
         cli::Command::Explain(a) => commands::explain(a, &env),
         cli::Command::Verify => commands::verify(&env.store),
         cli::Command::Gc(a) => commands::gc(a, &env),
+        cli::Command::Report(a) => report::report(a, &env),
     };
     match result {
         Ok(code) => code,

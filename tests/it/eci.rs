@@ -2,7 +2,7 @@
 
 use crate::util::*;
 
-fn eci_spec() -> String {
+pub fn eci_spec() -> String {
     let s = TINY_SPEC
         .replacen("  lv0.1: {kind: single, level: 0.1}\n", "  lv0.1: {kind: single, level: 0.1}\n  multi2: {kind: multi, experts: 2}\n", 1)
         .replacen("  weighted-probpair: {}\n", "  weighted-probpair: {}\n  eci-pp: {train: {epochs: 4}, eci: {warmup_epochs: 2, folds: 3}}\n", 1);

@@ -16,5 +16,6 @@ mod interop;
 mod methods;
 mod numerics;
 mod params;
+mod report;
 mod specs;
 mod util;

@@ -1,0 +1,445 @@
+//! `upcc report`: every target of a spec written out from the store — tables as Markdown,
+//! LaTeX, CSV and Parquet, figures as PNG, SVG and their Parquet table — with a static
+//! `index.html` that shows them all, which cells are missing or stale, and where each result
+//! came from (commit, host, device, wall time). Reads the store only; runs nothing.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use upcc_engine::{plan, InputDef, Manifest, NodeStatus, PlanEntry, Store};
+
+use crate::cli::ReportArgs;
+use crate::commands::{self, Env};
+use crate::error::{CliError, Result};
+use crate::graph::{build, TargetNodes};
+use crate::spec::{self, Spec, TargetKind};
+use crate::stage::table::{render_target, TableInput, TableSource};
+
+/// One cell × trial of a target as the report lists it.
+struct CellRow {
+    label: String,
+    trial: u64,
+    status: NodeStatus,
+    /// The node whose provenance is shown (the cell's training, when it has one).
+    work_id: String,
+    manifest: Option<Manifest>,
+}
+
+/// One target as written.
+struct Written {
+    name: String,
+    kind: TargetKind,
+    title: String,
+    /// Markdown of the table (tables), or a line saying the figure is not drawn yet.
+    markdown: String,
+    /// Files written under `<out>/<name>/`, by label.
+    files: Vec<(String, String)>,
+    figure: Option<String>,
+    cells: Vec<CellRow>,
+}
+
+pub fn report(args: &ReportArgs, env: &Env) -> Result<i32> {
+    let (spec_arg, selectors) = args
+        .spec_and_selectors
+        .split_first()
+        .expect("clap requires a spec");
+    let spec = spec::load(spec_arg, &args.set)?;
+    let wanted = targets_selected(selectors, &spec)?;
+    let compute = env.compute(false)?;
+    let built = build(&spec, 1, compute)?;
+    let path = commands::store_path(&env.store);
+    if !path.join("STORE.json").exists() {
+        return Err(CliError::user(format!(
+            "no store at `{}`: nothing has been computed there yet",
+            path.display()
+        ))
+        .hint(format!(
+            "run the spec first (`upcc run {spec_arg}`), or name the store with --store DIR"
+        )));
+    }
+    let store = commands::open_store(&env.store, false)?;
+    let entries = plan(&built.dag, &store, &spec.file.name)?;
+    std::fs::create_dir_all(&args.out)
+        .map_err(|e| CliError::user(format!("cannot create `{}`: {e}", args.out.display())))?;
+    let mut targets: Vec<&TargetNodes> = built
+        .targets
+        .iter()
+        .filter(|t| wanted.as_ref().is_none_or(|w| w.contains(&t.name)))
+        .collect();
+    targets.sort_by_key(|t| {
+        spec.target_order
+            .iter()
+            .position(|n| n == &t.name)
+            .unwrap_or(usize::MAX)
+    });
+    let mut healed = false;
+    let mut written = Vec::new();
+    for t in targets {
+        written.push(write_target(
+            t,
+            &built.dag,
+            &entries,
+            &store,
+            &args.out,
+            &mut healed,
+        )?);
+    }
+    let html = index_html(&spec, &store, &written);
+    let index = args.out.join("index.html");
+    write(&index, html.as_bytes())?;
+    let complete: usize = written
+        .iter()
+        .map(|w| {
+            w.cells
+                .iter()
+                .filter(|c| c.status == NodeStatus::Fresh)
+                .count()
+        })
+        .sum();
+    let total: usize = written.iter().map(|w| w.cells.len()).sum();
+    println!(
+        "report: {} ({} targets, {complete} of {total} cell trials computed)",
+        index.display(),
+        written.len()
+    );
+    if healed {
+        eprintln!("upcc: warning: corrupt results were quarantined while reading; `upcc run` recomputes them and a new report shows them");
+    }
+    Ok(0)
+}
+
+/// `target=NAME[,NAME…]` selectors (the report's only kind); `None`: every target.
+fn targets_selected(selectors: &[String], spec: &Spec) -> Result<Option<BTreeSet<String>>> {
+    let mut wanted = BTreeSet::new();
+    for s in selectors {
+        let Some(names) = s.strip_prefix("target=") else {
+            return Err(
+                CliError::user(format!("`{s}`: a report selects whole targets only")).hint(
+                    "use `target=NAME` (several: `target=a,b`), or no selector for every target",
+                ),
+            );
+        };
+        for n in names.split(',').filter(|n| !n.is_empty()) {
+            if !spec.file.targets.contains_key(n) {
+                let known: Vec<&str> = spec.file.targets.keys().map(|k| k.as_str()).collect();
+                return Err(
+                    CliError::user(format!("`{s}`: the spec has no target `{n}`"))
+                        .hint(format!("its targets: {}", known.join(", "))),
+                );
+            }
+            wanted.insert(n.to_string());
+        }
+    }
+    Ok((!wanted.is_empty()).then_some(wanted))
+}
+
+fn write(path: &Path, bytes: &[u8]) -> Result<()> {
+    std::fs::write(path, bytes)
+        .map_err(|e| CliError::env(format!("cannot write `{}`: {e}", path.display())))
+}
+
+/// The node that did the cell's work: the leaf itself when it trains a network (its numerics
+/// class is a device's, not `exact`), else its nearest upstream node that does (breadth first).
+fn work_node(dag: &upcc_engine::Dag, leaf: usize) -> usize {
+    let mut queue = std::collections::VecDeque::from([leaf]);
+    let mut seen = BTreeSet::new();
+    while let Some(i) = queue.pop_front() {
+        if !seen.insert(i) {
+            continue;
+        }
+        let n = dag.node(i);
+        if n.numerics != "exact" {
+            return i;
+        }
+        for (_, input) in &n.inputs {
+            if let InputDef::Node { node, .. } = input {
+                queue.push_back(node.0);
+            }
+        }
+    }
+    leaf
+}
+
+fn fresh_manifest(store: &Store, e: &PlanEntry) -> Result<Option<Manifest>> {
+    match (e.status, e.key) {
+        (NodeStatus::Fresh, Some(k)) => Ok(store.fresh_manifest(&k)?),
+        _ => Ok(None),
+    }
+}
+
+fn write_target(
+    t: &TargetNodes,
+    dag: &upcc_engine::Dag,
+    entries: &[PlanEntry],
+    store: &Store,
+    out: &Path,
+    healed: &mut bool,
+) -> Result<Written> {
+    let dir = out.join(&t.name);
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| CliError::env(format!("cannot create `{}`: {e}", dir.display())))?;
+    let mut cells = Vec::new();
+    let mut found: Vec<(&TableInput, Vec<u8>)> = Vec::new();
+    for (cell, input) in t.cells.iter().zip(&t.inputs) {
+        let e = &entries[cell.leaf];
+        let work = work_node(dag, cell.leaf);
+        cells.push(CellRow {
+            label: cell
+                .coords
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+            trial: cell.trial,
+            status: e.status,
+            work_id: entries[work].id.clone(),
+            manifest: fresh_manifest(store, &entries[work])?,
+        });
+        if t.kind == TargetKind::Figure {
+            continue;
+        }
+        if let Some(m) = fresh_manifest(store, e)? {
+            let key = e.key.expect("fresh nodes have keys");
+            if let Some(bytes) =
+                commands::view_object(store, &key, &m.outputs[cell.output].digest, healed)?
+            {
+                found.push((input, bytes));
+            }
+        }
+    }
+    let mut files = Vec::new();
+    let mut figure = None;
+    let markdown = if t.kind == TargetKind::Figure {
+        let e = &entries[t.node];
+        let mut drawn = false;
+        if let (Some(m), Some(key)) = (fresh_manifest(store, e)?, e.key) {
+            let mut outputs = Vec::new();
+            for (output, file) in [
+                ("png", "figure.png"),
+                ("svg", "figure.svg"),
+                ("table", "figure.parquet"),
+            ] {
+                match commands::view_object(store, &key, &m.outputs[output].digest, healed)? {
+                    Some(b) => outputs.push((file, b)),
+                    None => break,
+                }
+            }
+            if outputs.len() == 3 {
+                for (file, bytes) in outputs {
+                    write(&dir.join(file), &bytes)?;
+                    files.push((file.to_string(), format!("{}/{file}", t.name)));
+                }
+                figure = Some(format!("{}/figure.svg", t.name));
+                drawn = true;
+            }
+        }
+        if drawn {
+            String::new()
+        } else {
+            let done = cells
+                .iter()
+                .filter(|c| c.status == NodeStatus::Fresh)
+                .count();
+            format!(
+                "The figure is not drawn yet: {done} of {} cell trials have diagnostics.",
+                cells.len()
+            )
+        }
+    } else {
+        let inputs: Vec<(&TableInput, &[u8])> =
+            found.iter().map(|(i, b)| (*i, b.as_slice())).collect();
+        let r = render_target(TableSource::of(t.kind), &t.layout, &inputs, t.trials)
+            .map_err(|e| CliError::env(e.to_string()))?;
+        for (file, bytes) in [
+            ("table.md", r.markdown.as_bytes()),
+            ("table.tex", r.latex.as_bytes()),
+            ("table.csv", r.csv.as_bytes()),
+            ("table.parquet", r.parquet.as_slice()),
+        ] {
+            write(&dir.join(file), bytes)?;
+            files.push((file.to_string(), format!("{}/{file}", t.name)));
+        }
+        r.markdown
+    };
+    Ok(Written {
+        name: t.name.clone(),
+        kind: t.kind,
+        title: t.layout.title.clone(),
+        markdown,
+        files,
+        figure,
+        cells,
+    })
+}
+
+/// Escape text for HTML.
+fn esc(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&#39;"),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+/// Markdown (the tables' own rendering) to HTML.
+fn markdown_html(md: &str) -> String {
+    use pulldown_cmark::{html, Options, Parser};
+    let parser = Parser::new_ext(md, Options::ENABLE_TABLES);
+    let mut out = String::new();
+    html::push_html(&mut out, parser);
+    out
+}
+
+const STYLE: &str = "body{font-family:sans-serif;margin:2em auto;max-width:1400px;padding:0 1em;color:#222}\
+table{border-collapse:collapse;margin:.5em 0;font-size:14px}th,td{border:1px solid #bbb;padding:3px 7px;text-align:left}\
+th{background:#eee}section{margin-bottom:2.5em;border-top:2px solid #ccc;padding-top:.5em}\
+img{max-width:100%;border:1px solid #ddd}.missing{color:#a40}.stale{color:#a60}.fresh{color:#270}\
+.note{color:#555;font-size:14px}details{margin:.5em 0}code{background:#f4f4f4;padding:0 3px}\
+.broken{color:#b00;font-weight:bold}";
+
+/// After load, each image that did not load is flagged in the page, and the body records how
+/// many loaded (`data-images-loaded="k/n"`), so a moved or partial report says what it lacks.
+const SCRIPT: &str = "window.addEventListener('load',function(){var im=document.images,ok=0;\
+for(var i=0;i<im.length;i++){if(im[i].complete&&im[i].naturalWidth>0){ok++;}else{\
+var p=document.createElement('p');p.className='broken';p.textContent='image missing: '+im[i].getAttribute('src');\
+im[i].parentNode.insertBefore(p,im[i]);}}document.body.setAttribute('data-images-loaded',ok+'/'+im.length);});";
+
+fn status_class(s: NodeStatus) -> &'static str {
+    match s {
+        NodeStatus::Fresh => "fresh",
+        NodeStatus::Stale => "stale",
+        NodeStatus::Missing => "missing",
+    }
+}
+
+fn index_html(spec: &Spec, store: &Store, written: &[Written]) -> String {
+    let mut h = String::new();
+    let title = format!("upcc report: {}", spec.file.name);
+    let _ = write!(
+        h,
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title><style>{STYLE}</style></head>\n<body>\n<h1>{}</h1>\n",
+        esc(&title),
+        esc(&title)
+    );
+    if !spec.file.description.is_empty() {
+        let _ = writeln!(h, "<p>{}</p>", esc(&spec.file.description));
+    }
+    let _ = writeln!(
+        h,
+        "<p class=\"note\">Spec <code>{}</code>, store <code>{}</code>. Tables and figures show what the store holds for the spec's current parameters; a cell not computed yet (or computed under other parameters) shows as —.</p>",
+        esc(&spec.display),
+        esc(&store.root().display().to_string())
+    );
+    h.push_str("<ul>\n");
+    for w in written {
+        let fresh = w
+            .cells
+            .iter()
+            .filter(|c| c.status == NodeStatus::Fresh)
+            .count();
+        let _ = writeln!(
+            h,
+            "<li><a href=\"#{}\">{}</a> — {fresh} of {} cell trials computed</li>",
+            esc(&w.name),
+            esc(&w.title),
+            w.cells.len()
+        );
+    }
+    h.push_str("</ul>\n");
+    for w in written {
+        let _ = writeln!(
+            h,
+            "<section id=\"{}\">\n<h2>{}</h2>\n<p class=\"note\">target <code>{}</code> ({})</p>",
+            esc(&w.name),
+            esc(&w.title),
+            esc(&w.name),
+            format!("{:?}", w.kind).to_lowercase()
+        );
+        if let Some(f) = &w.figure {
+            let _ = writeln!(
+                h,
+                "<p><img src=\"{}\" alt=\"{}\"></p>",
+                esc(f),
+                esc(&w.title)
+            );
+        }
+        if !w.markdown.is_empty() {
+            // The section heading already names the table.
+            let body = match w.markdown.strip_prefix("### ") {
+                Some(rest) => rest.split_once('\n').map_or("", |(_, b)| b),
+                None => &w.markdown,
+            };
+            h.push_str(&markdown_html(body));
+        }
+        if !w.files.is_empty() {
+            let links: Vec<String> = w
+                .files
+                .iter()
+                .map(|(label, href)| format!("<a href=\"{}\">{}</a>", esc(href), esc(label)))
+                .collect();
+            let _ = writeln!(h, "<p class=\"note\">files: {}</p>", links.join(", "));
+        }
+        let count = |s: NodeStatus| w.cells.iter().filter(|c| c.status == s).count();
+        let (stale, missing) = (count(NodeStatus::Stale), count(NodeStatus::Missing));
+        if stale + missing > 0 {
+            let _ = writeln!(
+                h,
+                "<p class=\"missing\">{missing} cell trials missing, {stale} stale (computed under other parameters): <code>upcc run {} target={}</code> computes them.</p>",
+                esc(&spec.display),
+                esc(&w.name)
+            );
+        }
+        let _ = writeln!(
+            h,
+            "<details><summary>Provenance of the {} cell trials</summary>\n<table><tr><th>cell</th><th>trial</th><th>status</th><th>node</th><th>commit</th><th>host</th><th>device</th><th>wall time</th><th>finished</th></tr>",
+            w.cells.len()
+        );
+        for c in &w.cells {
+            let (commit, host, device, wall, finished) = match &c.manifest {
+                Some(m) => {
+                    let p = &m.provenance;
+                    (
+                        p.git_revision
+                            .as_deref()
+                            .map(|r| r.chars().take(10).collect())
+                            .unwrap_or_else(|| "—".to_string()),
+                        p.host.clone(),
+                        format!(
+                            "{} ({})",
+                            p.libraries.get("device").map_or("?", |s| s.as_str()),
+                            m.material.numerics
+                        ),
+                        format!("{:.1} s", p.duration_s),
+                        p.finished_at.clone(),
+                    )
+                }
+                None => Default::default(),
+            };
+            let _ = writeln!(
+                h,
+                "<tr><td>{}</td><td>{}</td><td class=\"{}\">{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&c.label),
+                c.trial,
+                status_class(c.status),
+                status_class(c.status),
+                esc(&c.work_id),
+                esc(&commit),
+                esc(&host),
+                esc(&device),
+                esc(&wall),
+                esc(&finished)
+            );
+        }
+        h.push_str("</table></details>\n</section>\n");
+    }
+    let _ = write!(h, "<script>{SCRIPT}</script>\n</body></html>\n");
+    h
+}
