@@ -339,6 +339,25 @@ pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
             loaded.compute.name()
         );
     }
+    if progress != ProgressMode::Quiet {
+        // What is left, from the times this store recorded for comparable nodes.
+        let entries = plan(&dag, &store, &loaded.spec.file.name)?;
+        let entries: Vec<PlanEntry> = if args.force {
+            entries
+                .into_iter()
+                .map(|e| PlanEntry {
+                    status: NodeStatus::Stale,
+                    ..e
+                })
+                .collect()
+        } else {
+            entries
+        };
+        let eta = crate::eta::History::read(&store)?.estimate(&dag, &entries);
+        if eta.with_basis + eta.without_basis > 0 {
+            eprintln!("upcc: {}", eta.describe());
+        }
+    }
     let mut ui = Progress::new(progress, dag.len());
     let first = engine_run(&dag, &store, &cfg, &mut ui);
     ui.done();
@@ -456,6 +475,7 @@ pub fn status(args: &SpecArgs, env: &Env) -> Result<i32> {
             }),
         })
         .collect();
+    let eta = crate::eta::History::read(&store)?.estimate(&dag, &entries);
     let count = |s: NodeStatus| entries.iter().filter(|e| e.status == s).count();
     let n_running = running.iter().filter(|r| r.is_some()).count();
     let (fresh, stale, missing) = (
@@ -477,7 +497,7 @@ pub fn status(args: &SpecArgs, env: &Env) -> Result<i32> {
             .collect();
         println!(
             "{}",
-            json!({"fresh": fresh, "stale": stale, "missing": missing, "running": n_running, "total": entries.len(), "nodes": nodes})
+            json!({"fresh": fresh, "stale": stale, "missing": missing, "running": n_running, "total": entries.len(), "estimate": eta.to_json(), "nodes": nodes})
         );
     } else {
         let width = entries.iter().map(|e| e.id.len()).max().unwrap_or(4).max(4);
@@ -516,6 +536,9 @@ pub fn status(args: &SpecArgs, env: &Env) -> Result<i32> {
                 String::new()
             }
         );
+        if stale + missing > 0 {
+            let _ = writeln!(out, "{}", eta.describe());
+        }
     }
     Ok(0)
 }

@@ -6,6 +6,7 @@ pub mod cli;
 pub mod commands;
 pub mod device;
 pub mod error;
+pub mod eta;
 pub mod graph;
 pub mod method;
 pub mod progress;

@@ -221,3 +221,64 @@ fn explain_shows_key_inputs_manifest_and_provenance() {
         "{s:?}"
     );
 }
+
+#[test]
+fn status_estimates_the_time_left_from_comparable_recorded_nodes() {
+    let env = Env::new();
+    let spec = env.spec();
+    // A store with nothing comparable: no basis, said so.
+    let r = env.upcc(&["status", &spec]);
+    assert!(r.stdout.contains("no basis for a time estimate"), "{r:?}");
+    let first = env.run_ok(&[]);
+    let recorded: std::collections::BTreeMap<String, (String, f64)> = first["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["id"].as_str().unwrap().to_string(),
+                (
+                    n["stage"].as_str().unwrap().to_string(),
+                    n["duration_s"].as_f64().unwrap(),
+                ),
+            )
+        })
+        .collect();
+    // Twice the training epochs: the training nodes' recorded times count double, the rest
+    // (clustering, metrics, the table) once.
+    let r = env.upcc(&["status", &spec, "--set", "train.epochs=6", "--json"]);
+    let j: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let stale: Vec<&str> = j["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["status"] == "stale")
+        .map(|n| n["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(j["estimate"]["with_basis"], stale.len(), "{j}");
+    assert_eq!(j["estimate"]["without_basis"], 0, "{j}");
+    let want: f64 = stale
+        .iter()
+        .map(|id| {
+            let (stage, d) = &recorded[*id];
+            if stage == "train" {
+                2.0 * d
+            } else {
+                *d
+            }
+        })
+        .sum();
+    let got = j["estimate"]["seconds"].as_f64().unwrap();
+    assert!(
+        (got - want).abs() <= 1e-6 * want.max(1e-9),
+        "{got} vs {want}"
+    );
+    let t = env.upcc(&["status", &spec, "--set", "train.epochs=6"]);
+    assert!(
+        t.stdout.contains(&format!(
+            "for the {} nodes to compute (from the recorded times of comparable nodes)",
+            stale.len()
+        )),
+        "{t:?}"
+    );
+}
