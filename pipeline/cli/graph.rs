@@ -95,6 +95,10 @@ fn build_with(
             TargetKind::Table | TargetKind::Figure => spec.trials.len(),
         };
         let mut cells = Vec::new();
+        // Published values of the cells, keyed by coordinates (the first trial's pass).
+        let published = spec.published.get(tname);
+        let mut published_values: Vec<(BTreeMap<String, String>, &crate::spec::PublishedRow)> =
+            Vec::new();
         for ds in &g.dataset {
             let dspec = &spec.file.datasets[ds];
             let feat = stage::features::wire(&mut w, ds)?;
@@ -171,6 +175,12 @@ fn build_with(
                                         });
                                         continue;
                                     }
+                                    if let Some(p) = published.filter(|_| seed == spec.trials[0]) {
+                                        let kind = resolved.method.kind();
+                                        for row in p.matching(ds, sup, kind, pre, pi, budget) {
+                                            published_values.push((coords.clone(), row));
+                                        }
+                                    }
                                     let nodes = resolved.method.wire(
                                         &mut w,
                                         &cell,
@@ -240,6 +250,21 @@ fn build_with(
             // The experts table shows accuracies only: the NMI variant does not touch it.
             settings.nmi = upcc_report::TableSettings::default().nmi;
         }
+        let published = published.map(|p| upcc_report::published::Published {
+            source: p.source.clone(),
+            values: published_values
+                .iter()
+                .filter(|(_, r)| {
+                    target.splits.contains(&r.split) && target.metrics.contains(&r.metric)
+                })
+                .map(|(coords, r)| upcc_report::published::PublishedValue {
+                    coord: axes.iter().map(|(a, _)| coords[a].clone()).collect(),
+                    split: r.split.clone(),
+                    metric: r.metric,
+                    value: r.value,
+                })
+                .collect(),
+        });
         let layout = TableLayout {
             title: target.title.clone().unwrap_or_else(|| tname.clone()),
             axes,
@@ -248,6 +273,7 @@ fn build_with(
             splits: if experts { vec!["test".into()] } else { target.splits.clone() },
             settings,
             highlight_best: !experts,
+            published,
             caption: experts.then(|| {
                 if params.expert_sharing.per_trial {
                     "Mean ± std over trials of the experts' test accuracy (%, ACC); multi-expert settings: the mean over their experts"

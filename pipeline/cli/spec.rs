@@ -221,6 +221,179 @@ pub struct TargetSpec {
     /// Figures only: where panels G and H come from (default: a run on oracle judgments).
     #[serde(default)]
     pub oracle_panels: Option<OraclePanels>,
+    /// Tables only: published values to show reproduced − published against.
+    #[serde(default)]
+    pub published: Option<PublishedSpec>,
+}
+
+/// A table target's published values: a CSV file
+/// (`table,dataset,supervision,method,pretrain,corruption,budget,metric,split,value`), and how
+/// the spec's names map onto the file's.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PublishedSpec {
+    /// The CSV file, relative to the spec's folder.
+    pub file: String,
+    /// Which table of the file (its `table` column).
+    pub table: String,
+    /// What the deltas' heading calls the source (default: the file and table).
+    #[serde(default)]
+    pub source: Option<String>,
+    /// Spec dataset → the file's dataset (default: the same name).
+    #[serde(default)]
+    pub datasets: BTreeMap<String, String>,
+    /// Spec supervision → the file's (default: the same name).
+    #[serde(default)]
+    pub supervision: BTreeMap<String, String>,
+    /// Columns not to match on (`pretrain`, `corruption`, `budget`): e.g. `[budget]` to hold
+    /// a 3k-constraint run against the paper's 9k numbers.
+    #[serde(default)]
+    pub ignore: Vec<String>,
+}
+
+/// One row of a published-values file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PublishedRow {
+    pub dataset: String,
+    pub supervision: String,
+    pub method: String,
+    pub pretrain: bool,
+    pub corruption: f64,
+    pub budget: usize,
+    pub metric: upcc_report::Metric,
+    pub split: String,
+    pub value: f64,
+}
+
+/// A table target's published values as loaded.
+#[derive(Clone, Debug)]
+pub struct PublishedTable {
+    pub source: String,
+    pub rows: Vec<PublishedRow>,
+    pub datasets: BTreeMap<String, String>,
+    pub supervision: BTreeMap<String, String>,
+    pub ignore: Vec<String>,
+}
+
+impl PublishedTable {
+    /// The rows a cell matches: its dataset, supervision and method kind (mapped), and its
+    /// pretraining, corruption and budget unless ignored.
+    pub fn matching<'a>(
+        &'a self,
+        dataset: &str,
+        supervision: &str,
+        method_kind: &str,
+        pretrain: bool,
+        corruption: f64,
+        budget: usize,
+    ) -> impl Iterator<Item = &'a PublishedRow> + 'a {
+        let ds = self
+            .datasets
+            .get(dataset)
+            .cloned()
+            .unwrap_or_else(|| dataset.to_string());
+        let sup = self
+            .supervision
+            .get(supervision)
+            .cloned()
+            .unwrap_or_else(|| supervision.to_string());
+        let method = method_kind.to_string();
+        let ignored = |c: &str| self.ignore.iter().any(|i| i == c);
+        let (ip, ic, ib) = (
+            ignored("pretrain"),
+            ignored("corruption"),
+            ignored("budget"),
+        );
+        self.rows.iter().filter(move |r| {
+            r.dataset == ds
+                && r.supervision == sup
+                && r.method == method
+                && (ip || r.pretrain == pretrain)
+                && (ic || (r.corruption - corruption).abs() < 1e-9)
+                && (ib || r.budget == budget)
+        })
+    }
+}
+
+/// Read the rows of table `table` from a published-values CSV; errors name the line.
+pub fn read_published(
+    path: &Path,
+    display: &str,
+    table: &str,
+) -> std::result::Result<Vec<PublishedRow>, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("cannot read `{display}`: {e}"))?;
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty());
+    const HEADER: &str =
+        "table,dataset,supervision,method,pretrain,corruption,budget,metric,split,value";
+    match lines.next() {
+        Some((_, h)) if h.trim() == HEADER => {}
+        _ => return Err(format!("`{display}`:1: the header must be `{HEADER}`")),
+    }
+    let mut rows = Vec::new();
+    let mut tables = BTreeSet::new();
+    for (no, line) in lines {
+        let f: Vec<&str> = line.split(',').map(str::trim).collect();
+        let at = |what: String| format!("`{display}`:{}: {what}", no + 1);
+        if f.len() != 10 {
+            return Err(at(format!("{} fields, expected 10", f.len())));
+        }
+        tables.insert(f[0].to_string());
+        if f[0] != table {
+            continue;
+        }
+        let pretrain = match f[4] {
+            "true" => true,
+            "false" => false,
+            v => return Err(at(format!("`pretrain` is `{v}`, expected true or false"))),
+        };
+        let corruption: f64 = f[5]
+            .parse()
+            .map_err(|_| at(format!("`corruption` `{}` is not a number", f[5])))?;
+        let budget: usize = f[6]
+            .parse()
+            .map_err(|_| at(format!("`budget` `{}` is not a whole number", f[6])))?;
+        let metric = match f[7] {
+            "ACC" => upcc_report::Metric::Acc,
+            "NMI" => upcc_report::Metric::Nmi,
+            "ARI" => upcc_report::Metric::Ari,
+            v => return Err(at(format!("`metric` is `{v}`, expected ACC, NMI or ARI"))),
+        };
+        if !matches!(f[8], "train" | "test" | "val") {
+            return Err(at(format!(
+                "`split` is `{}`, expected train, test or val",
+                f[8]
+            )));
+        }
+        let value: f64 = f[9]
+            .parse()
+            .map_err(|_| at(format!("`value` `{}` is not a number", f[9])))?;
+        if !value.is_finite() {
+            return Err(at(format!("`value` `{}` is not finite", f[9])));
+        }
+        rows.push(PublishedRow {
+            dataset: f[1].to_string(),
+            supervision: f[2].to_string(),
+            method: f[3].to_string(),
+            pretrain,
+            corruption,
+            budget,
+            metric,
+            split: f[8].to_string(),
+            value,
+        });
+    }
+    if rows.is_empty() {
+        let known: Vec<&str> = tables.iter().map(|t| t.as_str()).collect();
+        return Err(format!(
+            "`{display}` has no rows of table `{table}` (its tables: {})",
+            known.join(", ")
+        ));
+    }
+    Ok(rows)
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -345,6 +518,8 @@ pub struct Spec {
     /// Oracle supervision settings derived for figure targets (`SUP.oracle` → oracle
     /// judgments under SUP's number of experts).
     pub oracle_runs: BTreeMap<String, SupervisionSpec>,
+    /// Published values of table targets that name them, by target.
+    pub published: BTreeMap<String, PublishedTable>,
 }
 
 impl Spec {
@@ -1557,6 +1732,49 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
             oracle_runs.insert(name, SupervisionSpec::Oracle { experts });
         }
     }
+    // Published values of table targets.
+    let mut published = BTreeMap::new();
+    for (t, target) in &file.targets {
+        let Some(ps) = &target.published else {
+            continue;
+        };
+        let at = |f: &'static str| ["targets", t.as_str(), "published", f];
+        if target.kind != TargetKind::Table {
+            p.add(&at("file"), format!("target `{t}`: `published` values are compared with a clustering table's cells; this target is of kind `{}`", format!("{:?}", target.kind).to_lowercase()), None);
+            continue;
+        }
+        for c in &ps.ignore {
+            if !["pretrain", "corruption", "budget"].contains(&c.as_str()) {
+                p.add(&at("ignore"), format!("target `{t}`: `published.ignore` lists `{c}`; only `pretrain`, `corruption` and `budget` can be left unmatched"), None);
+            }
+        }
+        let path = src.dir.join(&ps.file);
+        match read_published(&path, &ps.file, &ps.table) {
+            Ok(rows) => {
+                published.insert(
+                    t.clone(),
+                    PublishedTable {
+                        source: ps
+                            .source
+                            .clone()
+                            .unwrap_or_else(|| format!("`{}`, table `{}`", ps.file, ps.table)),
+                        rows,
+                        datasets: ps.datasets.clone(),
+                        supervision: ps.supervision.clone(),
+                        ignore: ps.ignore.clone(),
+                    },
+                );
+            }
+            Err(e) => p.add(
+                &at("file"),
+                format!("target `{t}`: {e}"),
+                Some(format!(
+                    "paths are relative to the spec's folder `{}`",
+                    src.dir.display()
+                )),
+            ),
+        }
+    }
     let display = src.display.clone();
     p.into_result(&display)?;
     Ok(Spec {
@@ -1575,6 +1793,7 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
         methods,
         target_order: vec![],
         oracle_runs,
+        published,
     })
 }
 

@@ -16,6 +16,7 @@ mod interop;
 mod methods;
 mod numerics;
 mod params;
+mod published;
 mod report;
 mod specs;
 mod util;

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 pub mod figure;
 mod png;
+pub mod published;
 pub mod selection;
 
 use polars::prelude::*;
@@ -103,6 +104,9 @@ pub struct TableLayout {
     pub highlight_best: bool,
     /// The sentence under the title (default: how scores are shown).
     pub caption: Option<String>,
+    /// Published values to show reproduced − published against (not in keys when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub published: Option<published::Published>,
 }
 
 /// Scores of one split of one trial of one cell.
@@ -521,6 +525,10 @@ pub fn render(
         ));
     }
 
+    if let Some(p) = &layout.published {
+        md.push_str(&published::render_deltas(layout, p, &agg)?);
+    }
+
     // LaTeX in the paper's style.
     let mut tex = String::new();
     tex.push_str("\\begin{table}[h]\n\\centering\n");
@@ -633,6 +641,7 @@ mod tests {
             settings: TableSettings::default(),
             highlight_best: true,
             caption: None,
+            published: None,
         }
     }
 

@@ -195,6 +195,7 @@ mod tests {
             settings: TableSettings::default(),
             highlight_best: false,
             caption: None,
+            published: None,
         }
     }
 

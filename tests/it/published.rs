@@ -1,0 +1,189 @@
+//! Published values: the transcription of the paper's Table 1 checked against its LaTeX
+//! source, and reproduced − published under a table.
+
+use crate::bad_input::rejects;
+use crate::util::*;
+
+const TABLE1: &str = include_str!("../../experiments/published/table1.csv");
+const METHODS: [&str; 7] = [
+    "vanilla-dcc",
+    "volmax-dcc",
+    "cidec",
+    "spherepair",
+    "probpair",
+    "weighted-probpair",
+    "eci-pp",
+];
+
+/// The value of (supervision, dataset, metric, method, split) read from the LaTeX table.
+fn from_latex(tex: &str, sup: &str, dataset: &str, metric: &str, method: &str, split: &str) -> f64 {
+    let start = tex
+        .find("\\label{table:exp1_9k_main}")
+        .expect("Table 1 in the source");
+    let body = &tex[start..start + tex[start..].find("\\end{tabular}").unwrap()];
+    let multi = body.find("Multi-").unwrap();
+    let block = if sup == "lv0.01" {
+        &body[..multi]
+    } else {
+        &body[multi..]
+    };
+    let at = block
+        .find(&format!("{{{dataset}}}"))
+        .unwrap_or_else(|| panic!("{dataset} in the {sup} block"));
+    let rest = &block[at..];
+    let line = rest
+        .lines()
+        .find(|l| l.contains(&format!("& {metric} &")))
+        .unwrap();
+    let cells: Vec<&str> = line
+        .split(&format!("& {metric} &"))
+        .nth(1)
+        .unwrap()
+        .trim_end()
+        .trim_end_matches("\\\\")
+        .split('&')
+        .collect();
+    let cell = cells[METHODS.iter().position(|m| *m == method).unwrap()].trim();
+    let (train, test) = cell.split_once("}, ").unwrap();
+    let strip = |s: &str| -> f64 {
+        let s = s
+            .replace("\\textcolor{blue}{", "")
+            .replace("\\textbf{", "")
+            .replace("\\underline{", "")
+            .replace('}', "");
+        s.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("number in `{s}`"))
+    };
+    if split == "train" {
+        strip(train)
+    } else {
+        strip(test)
+    }
+}
+
+#[test]
+fn the_transcribed_table_1_matches_the_papers_latex_source() {
+    let rows: Vec<Vec<&str>> = TABLE1
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    // Every cell once: 2 settings × 8 datasets × 7 methods × 3 metrics × 2 splits.
+    assert_eq!(rows.len(), 672);
+    let distinct: std::collections::BTreeSet<_> = rows
+        .iter()
+        .map(|r| (r[1], r[2], r[3], r[7], r[8]))
+        .collect();
+    assert_eq!(distinct.len(), 672);
+    // Cells read off the paper by hand.
+    let get = |ds: &str, sup: &str, m: &str, metric: &str, split: &str| -> f64 {
+        rows.iter()
+            .find(|r| r[1] == ds && r[2] == sup && r[3] == m && r[7] == metric && r[8] == split)
+            .unwrap()[9]
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(get("MNIST", "multi3", "eci-pp", "NMI", "test"), 80.7);
+    assert_eq!(
+        get("CIFAR100", "lv0.01", "vanilla-dcc", "ACC", "train"),
+        16.8
+    );
+    assert_eq!(get("RCV1-10", "multi3", "spherepair", "ACC", "test"), 55.9);
+    assert_eq!(get("REUTERS", "lv0.01", "spherepair", "NMI", "train"), 48.7);
+    // A sample against the LaTeX source itself, when it is beside the repository.
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/paper/eci-pp.tex");
+    let Ok(tex) = std::fs::read_to_string(&path) else {
+        eprintln!("skipped the LaTeX comparison: {} is absent", path.display());
+        return;
+    };
+    for r in rows.iter().step_by(29) {
+        let want = from_latex(&tex, r[2], r[1], r[7], r[3], r[8]);
+        assert_eq!(r[9].parse::<f64>().unwrap(), want, "{r:?}");
+    }
+}
+
+fn published_spec(table: &str) -> String {
+    tiny_with_published(table, "budget")
+}
+
+fn tiny_with_published(table: &str, ignore: &str) -> String {
+    let s = TINY_SPEC.to_string();
+    let t = s.find("targets:").unwrap();
+    format!(
+        "{}targets:
+  main:
+    title: tiny
+    grid: {{dataset: [blobs], supervision: [lv0.1], method: [probpair, weighted-probpair], pretrain: [false]}}
+    columns: [method]
+    published: {{file: published.csv, table: {table}, datasets: {{blobs: BLOBS}}, ignore: [{ignore}]}}
+",
+        &s[..t]
+    )
+}
+
+const PUBLISHED: &str =
+    "table,dataset,supervision,method,pretrain,corruption,budget,metric,split,value
+t,BLOBS,lv0.1,probpair,false,0.3,9000,ACC,test,50.0
+t,BLOBS,lv0.1,probpair,false,0.3,9000,NMI,test,20.0
+t,BLOBS,lv0.1,weighted-probpair,true,0.3,9000,ACC,test,50.0
+t,OTHER,lv0.1,probpair,false,0.3,9000,ACC,test,1.0
+";
+
+#[test]
+fn a_table_shows_reproduced_minus_published_and_a_summary() {
+    let env = Env::new();
+    std::fs::write(env.path("published.csv"), PUBLISHED).unwrap();
+    env.write("spec.yaml", &published_spec("t"));
+    let r = env.run_ok(&[]);
+    let md = r["tables"]["main"].as_str().unwrap();
+    assert!(
+        md.contains("**Reproduced − published** (`published.csv`, table `t`"),
+        "{md}"
+    );
+    // probpair (pretrain=false) matches two rows; weighted-probpair's row is pretrained, the
+    // cell is not: no published value (·); OTHER is another dataset.
+    assert!(
+        md.contains("of 2 compared values lie within the trials' spread"),
+        "{md}"
+    );
+    let row = md
+        .lines()
+        .find(|l| l.starts_with("| blobs | lv0.1 | false | ACC |") && l.contains('·'))
+        .unwrap_or_else(|| panic!("{md}"));
+    assert!(
+        row.contains(" / ") && (row.contains('+') || row.contains('-')),
+        "{row}"
+    );
+    // Matching on pretraining can be switched off.
+    env.write(
+        "spec.yaml",
+        &tiny_with_published("t", "budget, pretrain"),
+    );
+    let r = env.run_ok(&[]);
+    let md = r["tables"]["main"].as_str().unwrap();
+    assert!(md.contains("of 3 compared values"), "{md}");
+}
+
+#[test]
+fn bad_published_files_are_refused_with_their_line() {
+    let bad = PUBLISHED.replace("NMI,test,20.0", "NMI,test,twenty");
+    rejects(
+        Some(&published_spec("t")),
+        &[("published.csv", bad.as_bytes())],
+        &[],
+        &["published.csv`:3: `value` `twenty` is not a number"],
+    );
+    rejects(
+        Some(&published_spec("nope")),
+        &[("published.csv", PUBLISHED.as_bytes())],
+        &[],
+        &["has no rows of table `nope` (its tables: t)"],
+    );
+    rejects(
+        Some(&published_spec("t")),
+        &[],
+        &[],
+        &["cannot read `published.csv`"],
+    );
+}
