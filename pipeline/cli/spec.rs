@@ -77,8 +77,13 @@ pub struct SpecFile {
 #[serde(deny_unknown_fields)]
 pub struct DatasetSpec {
     pub format: DataFormat,
-    /// Role → path (relative to the spec file) or `embedded:NAME`.
+    /// Role → path (relative to the spec file) or `embedded:NAME`. A role named in `fetch`
+    /// may give a path too: the local copy used when it has the right digest.
+    #[serde(default)]
     pub files: BTreeMap<String, String>,
+    /// Role → where to download the file from, and its digest.
+    #[serde(default)]
+    pub fetch: BTreeMap<String, FetchSpec>,
     #[serde(default = "default_label_column")]
     pub label_column: String,
     #[serde(default)]
@@ -224,6 +229,19 @@ pub struct TargetSpec {
     /// Tables only: published values to show reproduced − published against.
     #[serde(default)]
     pub published: Option<PublishedSpec>,
+}
+
+/// A dataset file downloaded into the store: its URL and the digest that pins its bytes.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FetchSpec {
+    pub url: String,
+    /// SHA-256 of the file, hex.
+    #[serde(default)]
+    pub sha256: Option<String>,
+    /// BLAKE3 of the file, hex.
+    #[serde(default)]
+    pub blake3: Option<String>,
 }
 
 /// A table target's published values: a CSV file
@@ -1168,7 +1186,26 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
     // Datasets.
     for (name, d) in &file.datasets {
         let at = |field: &'static str| ["datasets", name.as_str(), field];
-        let roles: BTreeSet<&str> = d.files.keys().map(|s| s.as_str()).collect();
+        let roles: BTreeSet<&str> = d
+            .files
+            .keys()
+            .chain(d.fetch.keys())
+            .map(|s| s.as_str())
+            .collect();
+        for (role, f) in &d.fetch {
+            let at =
+                |field: &'static str| ["datasets", name.as_str(), "fetch", role.as_str(), field];
+            if !(f.url.starts_with("http://") || f.url.starts_with("https://")) {
+                p.add(&at("url"), format!("dataset `{name}`: `fetch.{role}.url` must be an http:// or https:// URL, got `{}`", f.url), None);
+            }
+            for (field, v) in [("sha256", &f.sha256), ("blake3", &f.blake3)] {
+                if let Some(v) = v {
+                    if v.len() != 64 || !v.chars().all(|c| c.is_ascii_hexdigit()) {
+                        p.add(&at(field), format!("dataset `{name}`: `fetch.{role}.{field}` must be 64 hex digits, got `{v}`"), None);
+                    }
+                }
+            }
+        }
         let separate = matches!(d.format, DataFormat::Idx | DataFormat::Npy);
         let (single, split): (&[&str], &[&str]) = if separate {
             (&["x", "y"], &["train_x", "train_y", "test_x", "test_y"])
@@ -1198,7 +1235,7 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
                         Some("embedded datasets: mnist5k".into()),
                     );
                 }
-            } else if !src.dir.join(path).exists() {
+            } else if !src.dir.join(path).exists() && !d.fetch.contains_key(role) {
                 p.add(
                     &["datasets", name, "files", role],
                     format!("dataset `{name}`: file `{path}` (role `{role}`) not found"),

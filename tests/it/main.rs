@@ -10,6 +10,7 @@ mod determinism;
 mod device;
 mod eci;
 mod explain;
+mod fetch;
 mod gc;
 mod golden;
 mod interop;

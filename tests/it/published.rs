@@ -156,10 +156,7 @@ fn a_table_shows_reproduced_minus_published_and_a_summary() {
         "{row}"
     );
     // Matching on pretraining can be switched off.
-    env.write(
-        "spec.yaml",
-        &tiny_with_published("t", "budget, pretrain"),
-    );
+    env.write("spec.yaml", &tiny_with_published("t", "budget, pretrain"));
     let r = env.run_ok(&[]);
     let md = r["tables"]["main"].as_str().unwrap();
     assert!(md.contains("of 3 compared values"), "{md}");

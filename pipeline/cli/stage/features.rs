@@ -73,7 +73,9 @@ fn wire_with(w: &mut Wiring, name: &str, holdout: bool) -> Result<usize> {
     let scope_all = d.validation_scope == ValidationScope::All;
     let separate = matches!(d.format, DataFormat::Idx | DataFormat::Npy);
     let split = d.split.unwrap_or(Split {
-        kind: if d.files.contains_key(if separate { "x" } else { "data" }) {
+        kind: if d.files.contains_key(if separate { "x" } else { "data" })
+            || d.fetch.contains_key(if separate { "x" } else { "data" })
+        {
             SplitKind::Stratified
         } else {
             SplitKind::Official
@@ -93,7 +95,12 @@ fn wire_with(w: &mut Wiring, name: &str, holdout: bool) -> Result<usize> {
     };
     let mut inputs = Vec::new();
     let mut displays = BTreeMap::new();
-    for (role, path) in &d.files {
+    for role in d.fetch.keys() {
+        let fetched = super::fetch::wire(w, name, role)?;
+        displays.insert(role.clone(), d.fetch[role].url.clone());
+        inputs.push(crate::wiring::input(role, fetched, "data"));
+    }
+    for (role, path) in d.files.iter().filter(|(r, _)| !d.fetch.contains_key(*r)) {
         let location = match path.strip_prefix("embedded:") {
             Some(e) => SourceLocation::Embedded {
                 name: e.to_string(),

@@ -5,6 +5,7 @@ pub mod cluster;
 pub mod constraints;
 pub mod expert;
 pub mod features;
+pub mod fetch;
 pub mod metrics;
 pub mod pretrain;
 pub mod select;

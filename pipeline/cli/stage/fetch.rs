@@ -1,0 +1,355 @@
+//! `fetch`: a dataset file downloaded into the store and checked against its digest, so a
+//! shared store downloads each file once for everybody. The bytes come from the first of: the
+//! spec's local copy (`files.ROLE`) or `$UPCC_DATA_MIRROR/NAME` when its digest is right, else
+//! the URL — with retries, resuming an interrupted transfer (HTTP Range) from a partial file
+//! in the temp directory. A wrong digest publishes nothing and names both digests.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+use sha2::Digest as _;
+use upcc_engine::{Task, TaskContext, TaskError};
+
+use crate::error::Result;
+use crate::spec::FetchSpec;
+use crate::wiring::{NodeSpec, Numerics, Wiring};
+
+pub const VERSION: u32 = 1;
+
+/// Attempts per download before giving up.
+const ATTEMPTS: u32 = 5;
+
+/// The digest a file must have.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Expected {
+    Sha256(String),
+    Blake3(String),
+}
+
+impl Expected {
+    fn name(&self) -> &'static str {
+        match self {
+            Expected::Sha256(_) => "sha256",
+            Expected::Blake3(_) => "blake3",
+        }
+    }
+
+    fn hex(&self) -> &str {
+        match self {
+            Expected::Sha256(h) | Expected::Blake3(h) => h,
+        }
+    }
+
+    /// The same kind of digest of `bytes`.
+    fn of(&self, bytes: &[u8]) -> String {
+        match self {
+            Expected::Sha256(_) => hex(&sha2::Sha256::digest(bytes)),
+            Expected::Blake3(_) => {
+                upcc_engine::Digest::<upcc_engine::Artifact>::of_bytes(bytes).to_hex()
+            }
+        }
+    }
+
+    fn matches(&self, bytes: &[u8]) -> bool {
+        self.of(bytes).eq_ignore_ascii_case(self.hex())
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Parameters of a fetch node: the URL and the digest are the key (the local copy and the
+/// mirror are only places to look).
+#[derive(Serialize)]
+pub struct FetchTask {
+    pub url: String,
+    /// Absent when the spec gives none: the URL alone then names the bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub digest: Option<Expected>,
+    #[serde(skip)]
+    pub local: Option<PathBuf>,
+    #[serde(skip)]
+    pub context: String,
+}
+
+/// The file name a URL ends in (what the mirror folder holds).
+pub fn file_name(url: &str) -> &str {
+    let path = url.split(['?', '#']).next().unwrap_or(url);
+    path.rsplit('/')
+        .next()
+        .filter(|n| !n.is_empty())
+        .unwrap_or("download")
+}
+
+impl FetchTask {
+    /// A local candidate's bytes when it has the right digest (or, without a digest, when it
+    /// is the spec's own copy).
+    fn local_copy(&self, path: &Path, explicit: bool, ctx: &mut TaskContext) -> Option<Vec<u8>> {
+        let bytes = std::fs::read(path).ok()?;
+        match &self.digest {
+            Some(d) if d.matches(&bytes) => {
+                ctx.log(format!(
+                    "{}: using {} ({} digest matches)",
+                    self.context,
+                    path.display(),
+                    d.name()
+                ));
+                Some(bytes)
+            }
+            Some(d) => {
+                ctx.log(format!(
+                    "{}: ignoring {}: its {} is {}, not {}",
+                    self.context,
+                    path.display(),
+                    d.name(),
+                    d.of(&bytes),
+                    d.hex()
+                ));
+                None
+            }
+            None if explicit => Some(bytes),
+            None => None,
+        }
+    }
+
+    fn download(&self, ctx: &mut TaskContext) -> std::result::Result<Vec<u8>, TaskError> {
+        let part = std::env::temp_dir().join(format!(
+            "upcc-fetch-{}.part",
+            upcc_engine::Digest::<upcc_engine::Artifact>::of_bytes(self.url.as_bytes()).short()
+        ));
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_connect(Some(Duration::from_secs(30)))
+            .timeout_recv_body(Some(Duration::from_secs(120)))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let mut last_error = String::new();
+        for attempt in 1..=ATTEMPTS {
+            if attempt > 1 {
+                std::thread::sleep(Duration::from_millis(200 * (1 << (attempt - 2).min(5))));
+            }
+            match self.try_download(&agent, &part, ctx) {
+                Ok(Attempt::Done(bytes)) => {
+                    let _ = std::fs::remove_file(&part);
+                    return Ok(bytes);
+                }
+                Ok(Attempt::Retry(why)) => {
+                    ctx.log(format!(
+                        "{}: attempt {attempt} of {ATTEMPTS} failed: {why}",
+                        self.context
+                    ));
+                    last_error = why;
+                }
+                Err(e) => {
+                    let _ = std::fs::remove_file(&part);
+                    return Err(e);
+                }
+            }
+        }
+        Err(TaskError::Failed(format!(
+            "{}: could not download {} after {ATTEMPTS} attempts: {last_error} (the partial file {} is kept and resumed next time; offline, put the file into $UPCC_DATA_MIRROR)",
+            self.context,
+            self.url,
+            part.display()
+        )))
+    }
+
+    /// One attempt: the bytes when complete, `Retry` after a transient failure, an error for
+    /// what retrying cannot fix.
+    fn try_download(
+        &self,
+        agent: &ureq::Agent,
+        part: &Path,
+        ctx: &mut TaskContext,
+    ) -> std::result::Result<Attempt, TaskError> {
+        let have = std::fs::metadata(part).map(|m| m.len()).unwrap_or(0);
+        let mut req = agent.get(&self.url);
+        if have > 0 {
+            req = req.header("Range", &format!("bytes={have}-"));
+        }
+        let mut resp = match req.call() {
+            Ok(r) => r,
+            Err(e) => return Ok(Attempt::Retry(format!("{e}"))),
+        };
+        let status = resp.status().as_u16();
+        let append = match status {
+            206 if have > 0 => true,
+            200 => false,
+            416 if have > 0 => {
+                // The partial file is already whole (or longer than the file): start over.
+                let _ = std::fs::remove_file(part);
+                return Ok(Attempt::Retry(
+                    "the server refused to resume; starting over".into(),
+                ));
+            }
+            404 | 410 | 401 | 403 => {
+                return Err(TaskError::Input(format!(
+                    "{}: {} answered HTTP {status}: check the `url`",
+                    self.context, self.url
+                )))
+            }
+            s => return Ok(Attempt::Retry(format!("HTTP {s}"))),
+        };
+        let total = resp
+            .headers()
+            .get("content-length")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(|n| if append { n + have } else { n });
+        let mut file = match std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(append)
+            .truncate(!append)
+            .open(part)
+        {
+            Ok(f) => f,
+            Err(e) => {
+                return Err(TaskError::Failed(format!(
+                    "cannot write {}: {e}",
+                    part.display()
+                )))
+            }
+        };
+        let mut done = if append { have } else { 0 };
+        let mut reader = resp.body_mut().as_reader();
+        let mut buf = vec![0u8; 1 << 16];
+        let mut last_report = 0u64;
+        loop {
+            let n = match reader.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) => {
+                    let _ = file.flush();
+                    return Ok(Attempt::Retry(format!(
+                        "the transfer broke off after {done} bytes: {e}"
+                    )));
+                }
+            };
+            if let Err(e) = file.write_all(&buf[..n]) {
+                return Err(TaskError::Failed(format!(
+                    "cannot write {}: {e}",
+                    part.display()
+                )));
+            }
+            done += n as u64;
+            if done - last_report >= 1 << 20 {
+                last_report = done;
+                ctx.progress(done, total.unwrap_or(0), format!("{} MB", done >> 20));
+            }
+        }
+        drop(file);
+        if let Some(t) = total {
+            if done < t {
+                return Ok(Attempt::Retry(format!(
+                    "the transfer broke off after {done} of {t} bytes"
+                )));
+            }
+        }
+        match std::fs::read(part) {
+            Ok(b) => Ok(Attempt::Done(b)),
+            Err(e) => Err(TaskError::Failed(format!(
+                "cannot read {}: {e}",
+                part.display()
+            ))),
+        }
+    }
+}
+
+enum Attempt {
+    Done(Vec<u8>),
+    Retry(String),
+}
+
+impl Task for FetchTask {
+    fn run(&self, ctx: &mut TaskContext) -> std::result::Result<(), TaskError> {
+        let mirror = std::env::var_os("UPCC_DATA_MIRROR")
+            .map(|m| PathBuf::from(m).join(file_name(&self.url)));
+        let mut bytes = None;
+        if let Some(p) = &self.local {
+            bytes = self.local_copy(p, true, ctx);
+        }
+        if bytes.is_none() {
+            if let Some(m) = &mirror {
+                bytes = self.local_copy(m, false, ctx);
+            }
+        }
+        let bytes = match bytes {
+            Some(b) => b,
+            None => {
+                ctx.log(format!("{}: downloading {}", self.context, self.url));
+                self.download(ctx)?
+            }
+        };
+        match &self.digest {
+            Some(d) if !d.matches(&bytes) => {
+                return Err(TaskError::Input(format!(
+                    "{}: {} has {} {}, but the spec expects {}; nothing was stored (a changed file upstream, or a wrong digest in the spec)",
+                    self.context,
+                    self.url,
+                    d.name(),
+                    d.of(&bytes),
+                    d.hex()
+                )));
+            }
+            Some(d) => ctx.log(format!(
+                "{}: {} bytes, {} verified",
+                self.context,
+                bytes.len(),
+                d.name()
+            )),
+            None => ctx.log(format!(
+                "{}: {} bytes, no digest to check against; pin them with `sha256: {}`",
+                self.context,
+                bytes.len(),
+                hex(&sha2::Sha256::digest(&bytes))
+            )),
+        }
+        ctx.summary("bytes", bytes.len() as u64);
+        ctx.summary("sha256", hex(&sha2::Sha256::digest(&bytes)));
+        let name = file_name(&self.url).to_string();
+        ctx.put_output("data", bytes, "application/octet-stream", &name);
+        Ok(())
+    }
+}
+
+/// The fetch node of a dataset file (output `data`).
+pub fn wire(w: &mut Wiring, dataset: &str, role: &str) -> Result<usize> {
+    let d = &w.spec.file.datasets[dataset];
+    let f: &FetchSpec = &d.fetch[role];
+    let digest = match (&f.sha256, &f.blake3) {
+        (Some(h), _) => Some(Expected::Sha256(h.to_ascii_lowercase())),
+        (None, Some(h)) => Some(Expected::Blake3(h.to_ascii_lowercase())),
+        (None, None) => None,
+    };
+    let local = d
+        .files
+        .get(role)
+        .filter(|p| !p.starts_with("embedded:"))
+        .map(|p| w.spec.resolve_path(p));
+    let task = FetchTask {
+        url: f.url.clone(),
+        digest,
+        local,
+        context: format!("dataset `{dataset}`, file `{role}`"),
+    };
+    w.add(NodeSpec {
+        id: format!("fetch/{dataset}/{role}"),
+        stage: "fetch",
+        version: VERSION,
+        numerics: Numerics::Exact,
+        inputs: vec![],
+        outputs: &["data"],
+        labels: BTreeMap::from([
+            ("stage".into(), "fetch".into()),
+            ("dataset".into(), dataset.to_string()),
+        ]),
+        resources: Wiring::small(1024),
+        task,
+    })
+}
