@@ -108,6 +108,10 @@ pub struct DatasetSpec {
     /// searches; `all` every training of the dataset.
     #[serde(default)]
     pub validation_scope: ValidationScope,
+    /// What the paper says the dataset is (App. C.1): the features stage refuses files whose
+    /// sizes differ, naming each difference.
+    #[serde(default)]
+    pub expect: Option<upcc_stages::features::Expected>,
 }
 
 /// Which trainings of a dataset hold its validation rows out (FIDELITY.md).

@@ -260,3 +260,41 @@ fn oracle_settings_and_oracle_panels_are_checked_before_anything_runs() {
         ],
     );
 }
+
+#[test]
+fn a_dataset_that_is_not_the_papers_is_refused_with_each_difference() {
+    let env = Env::new();
+    // blobs: 240 rows, a quarter for testing, 8 features, 4 classes.
+    let ok = TINY_SPEC.replacen(
+        "    embedding_dim: 4\n",
+        "    embedding_dim: 4\n    expect: {train: 180, test: 60, dim: 8, classes: 4}\n",
+        1,
+    );
+    env.write("spec.yaml", &ok);
+    env.run_ok(&["stage=features"]);
+    let bad = TINY_SPEC.replacen(
+        "    embedding_dim: 4\n",
+        "    embedding_dim: 4\n    expect: {train: 60000, test: 60, dim: 784}\n",
+        1,
+    );
+    env.write("spec.yaml", &bad);
+    let spec = env.spec();
+    let r = env.upcc(&["run", &spec, "stage=features", "--progress", "none"]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.stderr.contains("dataset `blobs` is not the paper's: 180 training rows, the paper's dataset has 60000; 8 features, the paper's dataset has 784"),
+        "{r:?}"
+    );
+    // An unknown field is a spec error.
+    env.write(
+        "spec.yaml",
+        &TINY_SPEC.replacen(
+            "    embedding_dim: 4\n",
+            "    embedding_dim: 4\n    expect: {rows: 3}\n",
+            1,
+        ),
+    );
+    let r = env.upcc(&["status", &spec]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("rows"), "{r:?}");
+}

@@ -14,9 +14,14 @@ use crate::wiring::{parquet, stage_err, NodeSpec, Numerics, Wiring};
 pub struct FeaturesTask {
     #[serde(flatten)]
     pub params: FeatureParams,
+    /// The sizes the paper gives (absent from the key when unset).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expect: Option<features::Expected>,
     /// Input role → the path shown in messages.
     #[serde(skip)]
     pub displays: BTreeMap<String, String>,
+    #[serde(skip)]
+    pub dataset: String,
 }
 
 impl Task for FeaturesTask {
@@ -32,6 +37,16 @@ impl Task for FeaturesTask {
             );
         }
         let f = features::build(&self.params, &files).map_err(stage_err)?;
+        if let Some(e) = &self.expect {
+            let differences = e.differences(&f);
+            if !differences.is_empty() {
+                return Err(TaskError::Input(format!(
+                    "dataset `{}` is not the paper's: {}. Check the files (a subset, another version, a wrong split?); if the difference is deliberate, change or drop the dataset's `expect`",
+                    self.dataset,
+                    differences.join("; ")
+                )));
+            }
+        }
         let (n_train, n_test) = (f.train_indices().len(), f.test_indices().len());
         ctx.log(format!(
             "{} rows ({} train, {} test), {} features, {} classes",
@@ -131,6 +146,11 @@ fn wire_with(w: &mut Wiring, name: &str, holdout: bool) -> Result<usize> {
             ("dataset".into(), name.to_string()),
         ]),
         resources: Wiring::small(1024),
-        task: FeaturesTask { params, displays },
+        task: FeaturesTask {
+            params,
+            expect: d.expect.clone(),
+            displays,
+            dataset: name.to_string(),
+        },
     })
 }

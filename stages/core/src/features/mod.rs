@@ -136,6 +136,40 @@ fn is_zero(v: &usize) -> bool {
     *v == 0
 }
 
+/// The sizes a dataset is expected to have (the paper's Appendix C.1): training rows
+/// (including validation rows), test rows, features, classes. Unset fields are not checked.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Expected {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub train: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dim: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classes: Option<usize>,
+}
+
+impl Expected {
+    /// Every way `f` differs from what is expected (empty: it matches).
+    pub fn differences(&self, f: &Features) -> Vec<String> {
+        let train = f.rows() - f.test_indices().len();
+        let got = [
+            ("training rows", self.train, train),
+            ("test rows", self.test, f.test_indices().len()),
+            ("features", self.dim, f.dim),
+            ("classes", self.classes, f.n_classes),
+        ];
+        got.iter()
+            .filter_map(|(what, want, have)| match want {
+                Some(w) if w != have => Some(format!("{have} {what}, the paper's dataset has {w}")),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
 /// A dataset after this stage: every instance with its label and split.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Features {
