@@ -24,6 +24,10 @@ struct CellRow {
     /// The node whose provenance is shown (the cell's training, when it has one).
     work_id: String,
     manifest: Option<Manifest>,
+    /// Wall time of every training upstream of the cell trial (pretraining and searches
+    /// included, the simulated experts not), when all of them are computed: the paper's
+    /// Table 11 quantity.
+    training_s: Option<f64>,
 }
 
 /// One target as written.
@@ -161,6 +165,70 @@ fn work_node(dag: &upcc_engine::Dag, leaf: usize) -> usize {
     leaf
 }
 
+/// The summed wall time of the trainings upstream of `leaf` (nodes with a device numerics
+/// class, except the simulated experts), or `None` if one of them is not computed.
+fn training_seconds(
+    dag: &upcc_engine::Dag,
+    entries: &[PlanEntry],
+    store: &Store,
+    leaf: usize,
+) -> Result<Option<f64>> {
+    let mut stack = vec![leaf];
+    let mut seen = BTreeSet::new();
+    let mut total = 0.0;
+    while let Some(i) = stack.pop() {
+        if !seen.insert(i) {
+            continue;
+        }
+        let n = dag.node(i);
+        if n.numerics != "exact" && n.stage != "expert" {
+            match fresh_manifest(store, &entries[i])? {
+                Some(m) => total += m.provenance.duration_s,
+                None => return Ok(None),
+            }
+        }
+        for (_, input) in &n.inputs {
+            if let InputDef::Node { node, .. } = input {
+                stack.push(node.0);
+            }
+        }
+    }
+    Ok(Some(total))
+}
+
+/// `1h03m05s`, `22m41s`, `41s`: the paper's Table 11 style.
+fn hms(seconds: f64) -> String {
+    let s = seconds.round() as u64;
+    match (s / 3600, (s % 3600) / 60, s % 60) {
+        (0, 0, sec) => format!("{sec}s"),
+        (0, m, sec) => format!("{m}m{sec:02}s"),
+        (h, m, sec) => format!("{h}h{m:02}m{sec:02}s"),
+    }
+}
+
+/// Per cell (trials pooled): mean training wall time and the trials it is over.
+fn training_times(cells: &[CellRow]) -> Vec<(String, f64, usize, usize)> {
+    let mut by_cell: Vec<(String, Vec<f64>, usize)> = Vec::new();
+    for c in cells {
+        let i = match by_cell.iter().position(|(l, _, _)| *l == c.label) {
+            Some(i) => i,
+            None => {
+                by_cell.push((c.label.clone(), vec![], 0));
+                by_cell.len() - 1
+            }
+        };
+        by_cell[i].2 += 1;
+        if let Some(t) = c.training_s {
+            by_cell[i].1.push(t);
+        }
+    }
+    by_cell
+        .into_iter()
+        .filter(|(_, t, _)| !t.is_empty())
+        .map(|(l, t, n)| (l, t.iter().sum::<f64>() / t.len() as f64, t.len(), n))
+        .collect()
+}
+
 fn fresh_manifest(store: &Store, e: &PlanEntry) -> Result<Option<Manifest>> {
     match (e.status, e.key) {
         (NodeStatus::Fresh, Some(k)) => Ok(store.fresh_manifest(&k)?),
@@ -195,6 +263,7 @@ fn write_target(
             status: e.status,
             work_id: entries[work].id.clone(),
             manifest: fresh_manifest(store, &entries[work])?,
+            training_s: training_seconds(dag, entries, store, cell.leaf)?,
         });
         if t.kind == TargetKind::Figure {
             continue;
@@ -262,6 +331,18 @@ fn write_target(
         }
         r.markdown
     };
+    let times = training_times(&cells);
+    if !times.is_empty() {
+        let mut csv = String::from("cell,mean_training_seconds,trials_timed,trials\n");
+        for (label, mean, timed, n) in &times {
+            csv.push_str(&format!("\"{label}\",{mean:.3},{timed},{n}\n"));
+        }
+        write(&dir.join("training-time.csv"), csv.as_bytes())?;
+        files.push((
+            "training-time.csv".to_string(),
+            format!("{}/training-time.csv", t.name),
+        ));
+    }
     Ok(Written {
         name: t.name.clone(),
         kind: t.kind,
@@ -397,6 +478,22 @@ fn index_html(spec: &Spec, store: &Store, written: &[Written]) -> String {
                 esc(&w.name)
             );
         }
+        let times = training_times(&w.cells);
+        if !times.is_empty() {
+            let _ = writeln!(
+                h,
+                "<details><summary>Wall-clock training time per cell (the paper's Table 11 quantity: every training upstream of the cell, pretraining and searches included, the simulated experts not; mean over the timed trials)</summary>\n<table><tr><th>cell</th><th>training time</th><th>trials timed</th></tr>"
+            );
+            for (label, mean, timed, n) in &times {
+                let _ = writeln!(
+                    h,
+                    "<tr><td>{}</td><td>{}</td><td>{timed} of {n}</td></tr>",
+                    esc(label),
+                    hms(*mean)
+                );
+            }
+            h.push_str("</table></details>\n");
+        }
         let _ = writeln!(
             h,
             "<details><summary>Provenance of the {} cell trials</summary>\n<table><tr><th>cell</th><th>trial</th><th>status</th><th>node</th><th>commit</th><th>host</th><th>device</th><th>wall time</th><th>finished</th></tr>",
@@ -442,4 +539,16 @@ fn index_html(spec: &Spec, store: &Store, written: &[Written]) -> String {
     }
     let _ = write!(h, "<script>{SCRIPT}</script>\n</body></html>\n");
     h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hms;
+
+    #[test]
+    fn durations_read_as_the_papers_table_11() {
+        assert_eq!(hms(41.4), "41s");
+        assert_eq!(hms(22.0 * 60.0 + 41.0), "22m41s");
+        assert_eq!(hms(3600.0 + 7.0 * 60.0 + 26.0), "1h07m26s");
+    }
 }

@@ -63,6 +63,34 @@ fn report_writes_every_target_and_an_html_page_from_the_store() {
         assert!(html.contains(needle), "index.html lacks `{needle}`");
     }
     assert!(!html.contains("class=\"missing\""), "nothing is missing");
+    // Training time per cell (Table 11's quantity): without pretraining, a ProbPair cell's is
+    // its training node's recorded time (the simulated experts do not count), mean over trials.
+    assert!(
+        html.contains("Wall-clock training time per cell"),
+        "index.html"
+    );
+    let csv = std::fs::read_to_string(out.join("main/training-time.csv")).unwrap();
+    let line = csv
+        .lines()
+        .find(|l| l.contains("method=probpair") && l.contains("supervision=lv0.1"))
+        .unwrap_or_else(|| panic!("{csv}"));
+    let fields: Vec<&str> = line.rsplitn(4, ',').collect();
+    let mean: f64 = fields[2].parse().unwrap();
+    assert_eq!((fields[1], fields[0]), ("2", "2"), "{line}");
+    let want: f64 = [1, 2]
+        .iter()
+        .map(|t| {
+            let m = manifest(
+                &env,
+                &env.spec(),
+                &format!("train/blobs/lv0.1/probpair/nopre/t{t}"),
+                &[],
+            );
+            m["provenance"]["duration_s"].as_f64().unwrap()
+        })
+        .sum::<f64>()
+        / 2.0;
+    assert!((mean - want).abs() < 1e-3, "{mean} vs {want}");
 }
 
 #[test]
