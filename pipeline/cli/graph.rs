@@ -297,14 +297,16 @@ fn build_with(
             .zip(&cells)
             .map(|(ti, c)| input(&ti.input, c.leaf, c.output))
             .collect();
-        // Figures: input `o{i}` is cell i's oracle run, when it has one.
-        let oracle_inputs: Vec<String> = cells
+        // Figures: input `o{i}` is cell i's oracle run, when it has one (cells whose own
+        // supervision is the oracle's have none: their own AUC/AP are the oracle run's).
+        let oracle_inputs: BTreeMap<String, String> = cells
             .iter()
+            .zip(&inputs)
             .enumerate()
-            .filter_map(|(i, c)| {
+            .filter_map(|(i, (c, ti))| {
                 let leaf = c.oracle_leaf?;
                 wires.push(input(&format!("o{i}"), leaf, "diagnostics"));
-                Some(format!("o{i}"))
+                Some((ti.input.clone(), format!("o{i}")))
             })
             .collect();
         let node = match target.kind {
@@ -343,11 +345,7 @@ fn build_with(
                     kind: "figure",
                     title: layout.title.clone(),
                     inputs: inputs.clone(),
-                    oracle_inputs: if oracle_inputs.len() == inputs.len() {
-                        oracle_inputs
-                    } else {
-                        vec![]
-                    },
+                    oracle_inputs,
                     std_ddof: params.table.std_ddof,
                 },
             })?,

@@ -106,14 +106,24 @@ fn f64_column(path: &std::path::Path, name: &str) -> Vec<f64> {
 
 /// (panel, iteration) → mean over trials, from a figure's `table` output.
 fn figure_means(path: &std::path::Path) -> std::collections::BTreeMap<(String, u32), f64> {
+    series_means(path, None)
+}
+
+/// The same for one series of the figure (all series when `None`).
+fn series_means(
+    path: &std::path::Path,
+    only: Option<&str>,
+) -> std::collections::BTreeMap<(String, u32), f64> {
     use polars::prelude::*;
     let df = ParquetReader::new(std::fs::File::open(path).unwrap())
         .finish()
         .unwrap();
+    let series = df.column("series").unwrap().str().unwrap().clone();
     let panel = df.column("panel").unwrap().str().unwrap().clone();
     let it = df.column("iteration").unwrap().u32().unwrap().clone();
     let mean = df.column("mean").unwrap().f64().unwrap().clone();
     (0..df.height())
+        .filter(|&i| only.is_none_or(|s| series.get(i) == Some(s)))
         .map(|i| {
             (
                 (panel.get(i).unwrap().to_string(), it.get(i).unwrap()),
@@ -121,6 +131,48 @@ fn figure_means(path: &std::path::Path) -> std::collections::BTreeMap<(String, u
             )
         })
         .collect()
+}
+
+#[test]
+fn a_figure_with_an_oracle_supervision_cell_keeps_the_other_cells_oracle_runs() {
+    let env = Env::new();
+    let spec = eci_spec()
+        .replacen(
+            "  multi2: {kind: multi, experts: 2}\n",
+            "  multi2: {kind: multi, experts: 2}\n  truth: {kind: oracle, experts: 2}\n",
+            1,
+        )
+        .replacen(
+            "grid: {dataset: [blobs], supervision: [multi2], method: [eci-pp], pretrain: [false]}\n",
+            "grid: {dataset: [blobs], supervision: [multi2, truth], method: [eci-pp], pretrain: [false]}\n",
+            1,
+        );
+    env.write("spec.yaml", &spec);
+    let r = env.run_ok(&["target=diag"]);
+    let ids = ids_with(&r, "executed");
+    // No oracle run is derived for the oracle setting itself.
+    assert!(!ids.iter().any(|i| i.contains("truth.oracle")), "{ids:?}");
+    let figure = output_path(&env, "figure/diag", "table");
+    let multi2 = series_means(&figure, Some("multi2"));
+    let truth = series_means(&figure, Some("truth"));
+    let mean_of = |id: &str, column: &str, k: usize| -> f64 {
+        [1, 2]
+            .iter()
+            .map(|t| {
+                f64_column(
+                    &output_path(&env, &format!("{id}/t{t}"), "diagnostics"),
+                    column,
+                )[k]
+            })
+            .sum::<f64>()
+            / 2.0
+    };
+    for (k, it) in [2u32, 3, 4].iter().enumerate() {
+        let want = mean_of("train/blobs/multi2.oracle/eci-pp/nopre", "auc", k);
+        assert!((multi2[&("auc_oracle".to_string(), *it)] - want).abs() < 1e-12);
+        let own = mean_of("train/blobs/truth/eci-pp/nopre", "auc_oracle", k);
+        assert!((truth[&("auc_oracle".to_string(), *it)] - own).abs() < 1e-12);
+    }
 }
 
 #[test]

@@ -124,7 +124,10 @@ impl FetchTask {
         ));
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .timeout_connect(Some(Duration::from_secs(30)))
-            .timeout_recv_body(Some(Duration::from_secs(120)))
+            .timeout_recv_response(Some(Duration::from_secs(60)))
+            // The whole body of one attempt (datasets run to hundreds of MB); a broken
+            // transfer resumes on the next attempt.
+            .timeout_recv_body(Some(Duration::from_secs(3600)))
             .http_status_as_error(false)
             .build()
             .into();

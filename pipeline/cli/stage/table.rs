@@ -177,11 +177,11 @@ pub struct FigureTask {
     pub kind: &'static str,
     pub title: String,
     pub inputs: Vec<TableInput>,
-    /// Per input, the input holding the diagnostics of the same cell's run on oracle
-    /// judgments: panels G and H come from its AUC and AP (empty: from the inputs' own
-    /// relabelled columns, `oracle_panels: relabel`).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub oracle_inputs: Vec<String>,
+    /// Input → the input holding the diagnostics of the same cell's run on oracle judgments:
+    /// panels G and H come from its AUC and AP. An input without one (`oracle_panels:
+    /// relabel`, or an oracle supervision itself) shows its own oracle columns.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub oracle_inputs: BTreeMap<String, String>,
     pub std_ddof: u8,
 }
 
@@ -203,7 +203,7 @@ impl Task for FigureTask {
             keys
         };
         let mut series: Vec<Series> = Vec::new();
-        for (k, i) in self.inputs.iter().enumerate() {
+        for i in &self.inputs {
             let t = upcc_stages::table::Table::from_parquet(
                 ctx.input(&i.input)?,
                 "diagnostics artifact",
@@ -221,7 +221,7 @@ impl Task for FigureTask {
                 })
                 .collect::<std::result::Result<Vec<_>, _>>()?;
             let mut values = values;
-            if let Some(o) = self.oracle_inputs.get(k) {
+            if let Some(o) = self.oracle_inputs.get(&i.input) {
                 oracle_panels(ctx.input(o)?, &iterations, &mut values)?;
             }
             let label = if varying.is_empty() {
