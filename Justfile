@@ -29,6 +29,10 @@ cell spec *selectors:
 methods *args:
     cargo run --release -- run experiments/methods.yaml {{args}}
 
+# ECI-PP's Corrector-loss and perturbation ablation on the MNIST sample (FIDELITY rows 55-56; about 70 minutes on 2 cores).
+ablation *args:
+    cargo run --release -- run experiments/eci-ablation.yaml {{args}}
+
 # The paper's targets at full size (Tables 1, 3-6, 10, Figure 3) on the datasets declared in experiments/paper.yaml.
 paper *args:
     cargo run --release -- run experiments/paper.yaml {{args}}
