@@ -16,6 +16,18 @@ use crate::graph::{build, TargetNodes};
 use crate::spec::{self, Spec, TargetKind};
 use crate::stage::table::{render_target, TableInput, TableSource};
 
+/// The files a report writes into a target's folder.
+const REPORT_FILES: [&str; 8] = [
+    "table.md",
+    "table.tex",
+    "table.csv",
+    "table.parquet",
+    "figure.png",
+    "figure.svg",
+    "figure.parquet",
+    "training-time.csv",
+];
+
 /// One cell × trial of a target as the report lists it.
 struct CellRow {
     label: String,
@@ -124,6 +136,10 @@ fn targets_selected(selectors: &[String], spec: &Spec) -> Result<Option<BTreeSet
                 ),
             );
         };
+        if names.split(',').all(str::is_empty) {
+            return Err(CliError::user(format!("`{s}` names no target"))
+                .hint("`target=NAME`, or no selector for every target"));
+        }
         for n in names.split(',').filter(|n| !n.is_empty()) {
             if !spec.file.targets.contains_key(n) {
                 let known: Vec<&str> = spec.file.targets.keys().map(|k| k.as_str()).collect();
@@ -247,6 +263,12 @@ fn write_target(
     let dir = out.join(&t.name);
     std::fs::create_dir_all(&dir)
         .map_err(|e| CliError::env(format!("cannot create `{}`: {e}", dir.display())))?;
+    // A previous report's files of this target go first, so that nothing stale (a figure no
+    // longer drawn for these parameters) lingers beside the new ones. Only the report's own
+    // file names are touched.
+    for file in REPORT_FILES {
+        let _ = std::fs::remove_file(dir.join(file));
+    }
     let mut cells = Vec::new();
     let mut found: Vec<(&TableInput, Vec<u8>)> = Vec::new();
     for (cell, input) in t.cells.iter().zip(&t.inputs) {

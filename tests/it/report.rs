@@ -109,6 +109,8 @@ fn a_partial_store_reports_missing_cells_and_the_command_that_computes_them() {
     assert_eq!(r.code, 0, "{r:?}");
     let html = std::fs::read_to_string(env.path("report/index.html")).unwrap();
     assert!(html.contains("7 cell trials missing, 1 stale"), "{html}");
+    // Nothing computed under these parameters: no training time is left from the last report.
+    assert!(!env.path("report/main/training-time.csv").exists());
 }
 
 #[test]
@@ -124,6 +126,9 @@ fn report_refuses_cell_selectors_unknown_targets_and_a_missing_store() {
         r.stderr.contains("a report selects whole targets only"),
         "{r:?}"
     );
+    let r = report(&env, &["target="]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("`target=` names no target"), "{r:?}");
     let r = report(&env, &["target=mian"]);
     assert_eq!(r.code, 2, "{r:?}");
     assert!(
