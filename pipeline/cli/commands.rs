@@ -342,18 +342,7 @@ pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
     if progress != ProgressMode::Quiet {
         // What is left, from the times this store recorded for comparable nodes.
         let entries = plan(&dag, &store, &loaded.spec.file.name)?;
-        let entries: Vec<PlanEntry> = if args.force {
-            entries
-                .into_iter()
-                .map(|e| PlanEntry {
-                    status: NodeStatus::Stale,
-                    ..e
-                })
-                .collect()
-        } else {
-            entries
-        };
-        let eta = crate::eta::History::read(&store)?.estimate(&dag, &entries);
+        let eta = crate::eta::estimate(&store, &dag, &entries, args.force)?;
         if eta.with_basis + eta.without_basis > 0 {
             eprintln!("upcc: {}", eta.describe());
         }
@@ -475,7 +464,7 @@ pub fn status(args: &SpecArgs, env: &Env) -> Result<i32> {
             }),
         })
         .collect();
-    let eta = crate::eta::History::read(&store)?.estimate(&dag, &entries);
+    let eta = crate::eta::estimate(&store, &dag, &entries, false)?;
     let count = |s: NodeStatus| entries.iter().filter(|e| e.status == s).count();
     let n_running = running.iter().filter(|r| r.is_some()).count();
     let (fresh, stale, missing) = (

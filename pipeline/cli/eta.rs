@@ -90,13 +90,10 @@ impl History {
         Some(best.seconds * scale)
     }
 
-    /// The estimate for every node of `entries` that is not fresh.
-    pub fn estimate(&self, dag: &Dag, entries: &[PlanEntry]) -> Estimate {
+    /// The estimate for nodes `todo` of `dag`.
+    pub fn estimate(&self, dag: &Dag, todo: &[usize]) -> Estimate {
         let mut e = Estimate::default();
-        for (i, entry) in entries.iter().enumerate() {
-            if entry.status == NodeStatus::Fresh {
-                continue;
-            }
+        for &i in todo {
             match self.node_seconds(dag, i) {
                 Some(s) => {
                     e.seconds += s;
@@ -107,6 +104,19 @@ impl History {
         }
         e
     }
+}
+
+/// The estimate for the nodes of `entries` (indices of `dag`) that are not fresh, or for all
+/// of them when `all` (a forced rerun); the store's manifests are read only when there is
+/// something to estimate.
+pub fn estimate(store: &Store, dag: &Dag, entries: &[PlanEntry], all: bool) -> Result<Estimate> {
+    let todo: Vec<usize> = (0..entries.len())
+        .filter(|&i| all || entries[i].status != NodeStatus::Fresh)
+        .collect();
+    if todo.is_empty() {
+        return Ok(Estimate::default());
+    }
+    Ok(History::read(store)?.estimate(dag, &todo))
 }
 
 /// `3 h 05 min`, `12 min`, `40 s`.

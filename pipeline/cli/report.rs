@@ -90,6 +90,7 @@ pub fn report(args: &ReportArgs, env: &Env) -> Result<i32> {
             .unwrap_or(usize::MAX)
     });
     let mut healed = false;
+    let mut durations = Durations::new();
     let mut written = Vec::new();
     for t in targets {
         written.push(write_target(
@@ -99,6 +100,7 @@ pub fn report(args: &ReportArgs, env: &Env) -> Result<i32> {
             &store,
             &args.out,
             &mut healed,
+            &mut durations,
         )?);
     }
     let html = index_html(&spec, &store, &written);
@@ -181,6 +183,10 @@ fn work_node(dag: &upcc_engine::Dag, leaf: usize) -> usize {
     leaf
 }
 
+/// Recorded wall time per node index (`None`: not computed), read once per report: shared
+/// upstream nodes (pretraining, searches) are reached from many cells.
+type Durations = std::collections::HashMap<usize, Option<f64>>;
+
 /// The summed wall time of the trainings upstream of `leaf` (nodes with a device numerics
 /// class, except the simulated experts), or `None` if one of them is not computed.
 fn training_seconds(
@@ -188,6 +194,7 @@ fn training_seconds(
     entries: &[PlanEntry],
     store: &Store,
     leaf: usize,
+    durations: &mut Durations,
 ) -> Result<Option<f64>> {
     let mut stack = vec![leaf];
     let mut seen = BTreeSet::new();
@@ -198,8 +205,16 @@ fn training_seconds(
         }
         let n = dag.node(i);
         if n.numerics != "exact" && n.stage != "expert" {
-            match fresh_manifest(store, &entries[i])? {
-                Some(m) => total += m.provenance.duration_s,
+            let d = match durations.get(&i) {
+                Some(d) => *d,
+                None => {
+                    let d = fresh_manifest(store, &entries[i])?.map(|m| m.provenance.duration_s);
+                    durations.insert(i, d);
+                    d
+                }
+            };
+            match d {
+                Some(d) => total += d,
                 None => return Ok(None),
             }
         }
@@ -259,6 +274,7 @@ fn write_target(
     store: &Store,
     out: &Path,
     healed: &mut bool,
+    durations: &mut Durations,
 ) -> Result<Written> {
     let dir = out.join(&t.name);
     std::fs::create_dir_all(&dir)
@@ -285,7 +301,7 @@ fn write_target(
             status: e.status,
             work_id: entries[work].id.clone(),
             manifest: fresh_manifest(store, &entries[work])?,
-            training_s: training_seconds(dag, entries, store, cell.leaf)?,
+            training_s: training_seconds(dag, entries, store, cell.leaf, durations)?,
         });
         if t.kind == TargetKind::Figure {
             continue;

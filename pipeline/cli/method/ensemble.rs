@@ -16,7 +16,7 @@ use super::probpair::{wire_train_with, Trainer};
 use super::spherepair::SphereSettings;
 use super::{settings, CellNodes, Method, Settings};
 use crate::error::Result;
-use crate::spec::{Resolver, SupervisionSpec};
+use crate::spec::Resolver;
 use crate::stage;
 use crate::wiring::{input, parquet, stage_err, Cell, NodeSpec, Numerics, Wiring};
 
@@ -97,12 +97,8 @@ impl EnsembleMethod {
         alpha: Option<f64>,
         selection: Option<usize>,
     ) -> Result<usize> {
-        let experts = match cell.sspec {
-            SupervisionSpec::Multi { experts, .. } | SupervisionSpec::Oracle { experts } => {
-                *experts
-            }
-            _ => 1,
-        };
+        // Validated: the ensembles take multi-expert settings only.
+        let experts = cell.sspec.n_experts().unwrap_or(1);
         let mut inputs = vec![input("features", feat, "features")];
         for e in 0..experts {
             let member = MemberOf {

@@ -273,48 +273,56 @@ impl Task for FetchTask {
     fn run(&self, ctx: &mut TaskContext) -> std::result::Result<(), TaskError> {
         let mirror = std::env::var_os("UPCC_DATA_MIRROR")
             .map(|m| PathBuf::from(m).join(file_name(&self.url)));
-        let mut bytes = None;
-        if let Some(p) = &self.local {
-            bytes = self.local_copy(p, true, ctx);
-        }
-        if bytes.is_none() {
-            if let Some(m) = &mirror {
-                bytes = self.local_copy(m, false, ctx);
-            }
-        }
-        let bytes = match bytes {
-            Some(b) => b,
+        // A local copy is used only when its digest matched (or it is the spec's own copy
+        // and there is no digest), so only a download still needs checking.
+        let local = self
+            .local
+            .as_ref()
+            .and_then(|p| self.local_copy(p, true, ctx))
+            .or_else(|| mirror.as_ref().and_then(|m| self.local_copy(m, false, ctx)));
+        let (bytes, checked) = match local {
+            Some(b) => (b, true),
             None => {
                 ctx.log(format!("{}: downloading {}", self.context, self.url));
-                self.download(ctx)?
+                (self.download(ctx)?, false)
             }
         };
+        // One hash of the bytes: the digest the spec names, SHA-256 for the manifest.
+        let sha256 = match &self.digest {
+            Some(Expected::Sha256(h)) if checked => h.clone(),
+            _ => hex(&sha2::Sha256::digest(&bytes)),
+        };
         match &self.digest {
-            Some(d) if !d.matches(&bytes) => {
-                return Err(TaskError::Input(format!(
-                    "{}: {} has {} {}, but the spec expects {}; nothing was stored (a changed file upstream, or a wrong digest in the spec)",
+            Some(d) if !checked => {
+                let actual = match d {
+                    Expected::Sha256(_) => sha256.clone(),
+                    Expected::Blake3(_) => d.of(&bytes),
+                };
+                if !actual.eq_ignore_ascii_case(d.hex()) {
+                    return Err(TaskError::Input(format!(
+                        "{}: {} has {} {actual}, but the spec expects {}; nothing was stored (a changed file upstream, or a wrong digest in the spec)",
+                        self.context,
+                        self.url,
+                        d.name(),
+                        d.hex()
+                    )));
+                }
+                ctx.log(format!(
+                    "{}: {} bytes, {} verified",
                     self.context,
-                    self.url,
-                    d.name(),
-                    d.of(&bytes),
-                    d.hex()
-                )));
+                    bytes.len(),
+                    d.name()
+                ));
             }
-            Some(d) => ctx.log(format!(
-                "{}: {} bytes, {} verified",
-                self.context,
-                bytes.len(),
-                d.name()
-            )),
+            Some(_) => {}
             None => ctx.log(format!(
-                "{}: {} bytes, no digest to check against; pin them with `sha256: {}`",
+                "{}: {} bytes, no digest to check against; pin them with `sha256: {sha256}`",
                 self.context,
-                bytes.len(),
-                hex(&sha2::Sha256::digest(&bytes))
+                bytes.len()
             )),
         }
         ctx.summary("bytes", bytes.len() as u64);
-        ctx.summary("sha256", hex(&sha2::Sha256::digest(&bytes)));
+        ctx.summary("sha256", sha256);
         let name = file_name(&self.url).to_string();
         ctx.put_output("data", bytes, "application/octet-stream", &name);
         Ok(())

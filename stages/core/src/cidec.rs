@@ -13,7 +13,7 @@ use upcc_nn::{Adam, Device, Ix, ParamId, Stream, WeightInit};
 use crate::check::{Check, Checker, Problem};
 use crate::cluster::{self, Assignments, ClusterParams, ClusterSettings};
 use crate::constraints::Constraints;
-use crate::dcc::{AssignmentStop, DccEpoch, DccTrained, StopTracker};
+use crate::dcc::{AssignmentStop, DccTrained, StopTracker};
 use crate::error::{Monitor, Result, StageError};
 use crate::features::Features;
 use crate::nets::{map_rows, Autoencoder, Rows, EVAL_ROWS, G, P};
@@ -317,27 +317,8 @@ pub fn run<D: Device<f32>>(
             )));
         }
         q_train = soft(&params, Rows::Idx(&train_dev, train.len()))?;
-        let (change, stop_now) = stop.observe(epoch + 1, argmax_rows(&q_train, k));
-        curve.push(DccEpoch {
-            epoch: epoch as u32,
-            loss,
-            changed: change.unwrap_or(f64::NAN),
-        });
-        monitor.progress(
-            epoch as u64 + 1,
-            s.epochs as u64,
-            &match change {
-                Some(c) => format!("loss {loss:.4}, assignments changed {:.2}%", 100.0 * c),
-                None => format!("loss {loss:.4}"),
-            },
-        );
-        if stop_now {
-            monitor.log(&format!(
-                "stopped after {} epochs: assignments changed by less than {} for {} checks",
-                epoch + 1,
-                s.stop.tol,
-                s.stop.consecutive
-            ));
+        let labels = argmax_rows(&q_train, k);
+        if stop.epoch_done(epoch, s.epochs, loss, labels, &mut curve, monitor) {
             break;
         }
     }

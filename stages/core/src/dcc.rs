@@ -88,6 +88,42 @@ impl StopTracker {
         let stop = epochs_done >= self.rule.min_epochs && self.below >= self.rule.consecutive;
         (change, stop)
     }
+
+    /// Epoch `epoch` (0-based, of `total`) is done with `loss` and training assignments
+    /// `labels`: record it in `curve`, report progress, log a stop; whether to stop.
+    pub fn epoch_done(
+        &mut self,
+        epoch: usize,
+        total: usize,
+        loss: f64,
+        labels: Vec<u32>,
+        curve: &mut Vec<DccEpoch>,
+        monitor: &mut dyn Monitor,
+    ) -> bool {
+        let (change, stop_now) = self.observe(epoch + 1, labels);
+        curve.push(DccEpoch {
+            epoch: epoch as u32,
+            loss,
+            changed: change.unwrap_or(f64::NAN),
+        });
+        monitor.progress(
+            epoch as u64 + 1,
+            total as u64,
+            &match change {
+                Some(c) => format!("loss {loss:.4}, assignments changed {:.2}%", 100.0 * c),
+                None => format!("loss {loss:.4}"),
+            },
+        );
+        if stop_now {
+            monitor.log(&format!(
+                "stopped after {} epochs: assignments changed by less than {} for {} checks",
+                epoch + 1,
+                self.rule.tol,
+                self.rule.consecutive
+            ));
+        }
+        stop_now
+    }
 }
 
 /// VanillaDCC's settings (section `dcc`).
@@ -496,27 +532,14 @@ pub fn run<D: Device<f32>>(
                 "training diverged at epoch {epoch} (non-finite loss; a volume term of a degenerate assignment matrix?)"
             )));
         }
-        let (change, stop_now) = stop.observe(epoch + 1, predict(&params)?);
-        curve.push(DccEpoch {
-            epoch: epoch as u32,
+        if stop.epoch_done(
+            epoch,
+            p.epochs,
             loss,
-            changed: change.unwrap_or(f64::NAN),
-        });
-        monitor.progress(
-            epoch as u64 + 1,
-            p.epochs as u64,
-            &match change {
-                Some(c) => format!("loss {loss:.4}, assignments changed {:.2}%", 100.0 * c),
-                None => format!("loss {loss:.4}"),
-            },
-        );
-        if stop_now {
-            monitor.log(&format!(
-                "stopped after {} epochs: assignments changed by less than {} for {} checks",
-                epoch + 1,
-                p.stop.tol,
-                p.stop.consecutive
-            ));
+            predict(&params)?,
+            &mut curve,
+            monitor,
+        ) {
             break;
         }
     }
