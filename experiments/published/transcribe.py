@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
-"""Transcribe the paper's main comparison (Table 1, \\label{table:exp1_9k_main}) from its LaTeX
-source into table1.csv, once. Run from the repository root:
+"""Transcribe the paper's tables of clustering scores from its LaTeX source, once. Run from the
+repository root:
 
-    python3 experiments/published/transcribe.py ../shared/paper/eci-pp.tex > experiments/published/table1.csv
+    python3 experiments/published/transcribe.py ../shared/paper/eci-pp.tex table1 > experiments/published/table1.csv
+    python3 experiments/published/transcribe.py ../shared/paper/eci-pp.tex table10 > experiments/published/table10.csv
 
+Tables 7, 8 and 9 (table:exp1_1_pretrain, table:exp1_2_no_ensemble, table:exp1_1_nopretrain)
+have captions but no tabular body in the source, so there is nothing to transcribe for them.
+
+Table 1 (table:exp1_9k_main):
 Each row of the LaTeX table is `& & METRIC & \\textcolor{blue}{TRAIN}, TEST & ...` (values
 possibly wrapped in \\textbf / \\underline), seven methods per row, datasets in \\multirow
 cells, the single-expert block (lv0.01) before the multi-expert block (multi3). Pretraining:
@@ -22,11 +27,43 @@ def number(cell):
     return float(cell.strip())
 
 
-def main(path):
-    tex = open(path, encoding="utf-8").read()
+HEADER = "table,dataset,supervision,method,pretrain,corruption,budget,metric,split,value"
+
+
+def train_test(cell):
+    t = re.match(r"\\textcolor\{blue\}\{(.*)\},\s*(.*)$", cell.strip())
+    assert t, cell
+    return number(t.group(1)), number(t.group(2))
+
+
+def table10(tex):
+    """Table 10 (table:exp1_2_ensemble_vs_ecu): rows dataset × method (SP-EA, WPP-EA, ECI-PP),
+    columns 3k/6k/9k × ACC/NMI/ARI, multi3, corruption 0.3, pretrained backbones."""
+    start = tex.index(r"\label{table:exp1_2_ensemble_vs_ecu}")
+    body = tex[start:tex.index(r"\end{tabular}", start)]
+    names = {r"SP$^{\mathrm{EA}}$": "sp-ea", r"WPP$^{\mathrm{EA}}$": "wpp-ea", r"\makecell{ECI-PP}": "eci-pp"}
+    print(HEADER)
+    dataset = None
+    for line in body.splitlines():
+        m = re.search(r"\\multirow\{3\}\{\*\}\{([^}]*)\}", line)
+        if m:
+            dataset = m.group(1)
+        cells = [c.strip() for c in line.strip().rstrip("\\").split("&")]
+        if len(cells) != 11 or cells[1] not in names:
+            continue
+        method = names[cells[1]]
+        values = cells[2:]
+        for b, budget in enumerate((3000, 6000, 9000)):
+            for k, metric in enumerate(("ACC", "NMI", "ARI")):
+                train, test = train_test(values[3 * b + k])
+                for split, value in (("train", train), ("test", test)):
+                    print(f"table10,{dataset},multi3,{method},true,0.3,{budget},{metric},{split},{value}")
+
+
+def table1(tex):
     start = tex.index(r"\label{table:exp1_9k_main}")
     body = tex[start:tex.index(r"\end{tabular}", start)]
-    print("table,dataset,supervision,method,pretrain,corruption,budget,metric,split,value")
+    print(HEADER)
     supervision, dataset = None, None
     for line in body.splitlines():
         if "Single-" in line:
@@ -51,4 +88,5 @@ def main(path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    tex = open(sys.argv[1], encoding="utf-8").read()
+    {"table1": table1, "table10": table10}[sys.argv[2] if len(sys.argv) > 2 else "table1"](tex)

@@ -44,6 +44,11 @@ pub enum Command {
     Gc(GcArgs),
     /// Write every target (tables, figures) and a static HTML report from the store.
     Report(ReportArgs),
+    /// Cancel the Slurm jobs of a spec's stale nodes (or of a selected cell or slice).
+    Cancel(SpecArgs),
+    /// Run exactly one node whose inputs are computed: what a Slurm job of `run --executor
+    /// slurm` runs. Fails if the spec no longer gives the node the submitted key.
+    Job(JobArgs),
 }
 
 impl Command {
@@ -53,7 +58,8 @@ impl Command {
             Command::Run(a) => a.spec.json,
             Command::Status(a) => a.json,
             Command::Explain(a) => a.json,
-            Command::Verify | Command::Gc(_) | Command::Report(_) => false,
+            Command::Cancel(a) => a.json,
+            Command::Verify | Command::Gc(_) | Command::Report(_) | Command::Job(_) => false,
         }
     }
 }
@@ -95,6 +101,32 @@ pub struct RunArgs {
     /// Progress display on stderr.
     #[arg(long, value_enum, default_value_t = ProgressArg::Auto)]
     pub progress: ProgressArg,
+    /// Where nodes run: `local` (this machine) or `slurm` (one sbatch job per stale node
+    /// against the shared store). Default: the spec's or user config's `executor.kind`, else
+    /// local ($UPCC_EXECUTOR).
+    #[arg(long, value_enum, env = "UPCC_EXECUTOR")]
+    pub executor: Option<ExecutorArg>,
+    /// Slurm: submit the jobs and return; `upcc status` shows them and `upcc run` re-attaches.
+    #[arg(long)]
+    pub detach: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ExecutorArg {
+    Local,
+    Slurm,
+}
+
+#[derive(Args, Debug)]
+pub struct JobArgs {
+    /// Spec file and the node id.
+    #[arg(value_name = "SPEC NODE", required = true, num_args = 2)]
+    pub spec_and_node: Vec<String>,
+    /// The node's recipe the job was submitted for (hex; see `upcc_cli::slurm::recipes`).
+    #[arg(long)]
+    pub recipe: String,
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]

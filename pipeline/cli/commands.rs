@@ -11,7 +11,7 @@ use upcc_engine::{
     RunConfig, Store,
 };
 
-use crate::cli::{ExplainArgs, GcArgs, ProgressArg, RunArgs, SpecArgs};
+use crate::cli::{ExecutorArg, ExplainArgs, GcArgs, JobArgs, ProgressArg, RunArgs, SpecArgs};
 use crate::device::{Compute, DeviceRequest};
 use crate::error::{CliError, Result};
 use crate::graph::{build, Built};
@@ -150,7 +150,10 @@ fn provenance(run_id: String, compute: &Compute) -> ProvenanceBase {
 
 fn run_id() -> String {
     let t = upcc_engine::fsutil::rfc3339(SystemTime::now()).replace([':', '-'], "");
-    format!("{t}-{}", std::process::id())
+    match std::env::var("SLURM_JOB_ID") {
+        Ok(j) if !j.is_empty() => format!("{t}-{}-slurm{j}", std::process::id()),
+        _ => format!("{t}-{}", std::process::id()),
+    }
 }
 
 /// What `run` shows for the targets it touched: tables rendered from whatever is fresh, and
@@ -209,7 +212,18 @@ fn render_views(
         if !involved {
             continue;
         }
-        if t.kind == TargetKind::Figure {
+        if t.kind == TargetKind::Runtime {
+            let r = crate::report::runtime_table(
+                t,
+                dag,
+                &entries,
+                store,
+                &mut crate::report::Durations::new(),
+            )?;
+            out.push((t.name.clone(), r.markdown));
+            continue;
+        }
+        if t.kind.is_figure() {
             let fresh = entries[t.node]
                 .key
                 .filter(|_| entries[t.node].status == NodeStatus::Fresh);
@@ -239,7 +253,7 @@ fn render_views(
                         .iter()
                         .filter(|c| entries[c.leaf].status == NodeStatus::Fresh)
                         .count();
-                    format!("### {}\n\nfigure not drawn yet: {done} of {} cell trials have diagnostics\n", t.layout.title, t.cells.len())
+                    format!("### {}\n\nfigure not drawn yet: {done} of {} cell trials have their results\n", t.layout.title, t.cells.len())
                 }
             };
             out.push((t.name.clone(), text));
@@ -300,9 +314,26 @@ pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
         .unwrap_or(DEFAULT_NODE_THREADS)
         .clamp(1, threads);
     let loaded = load(&args.spec, node_threads, env)?;
+    let section = crate::slurm::executor_section(loaded.spec.file.executor.as_ref())?;
+    let executor = args
+        .executor
+        .unwrap_or(if section.kind.as_deref() == Some("slurm") {
+            ExecutorArg::Slurm
+        } else {
+            ExecutorArg::Local
+        });
+    if args.detach && executor != ExecutorArg::Slurm {
+        return Err(CliError::user(
+            "--detach leaves jobs running on a cluster; it applies to the Slurm executor",
+        )
+        .hint("add `--executor slurm`, or drop --detach"));
+    }
     let roots = select::roots(&loaded.selection, &loaded.built)?;
     let dag = loaded.built.dag.restrict(&roots);
     let store = open_store(store_flag, true)?;
+    if executor == ExecutorArg::Slurm {
+        return run_slurm(args, env, &loaded, &dag, &store, &section.slurm, t0);
+    }
     let progress = match args.progress {
         ProgressArg::Bars => ProgressMode::Bars,
         ProgressArg::Plain => ProgressMode::Plain,
@@ -464,9 +495,46 @@ pub fn status(args: &SpecArgs, env: &Env) -> Result<i32> {
             }),
         })
         .collect();
+    // Slurm jobs submitted for nodes that are not fresh: queued, running or ended without a
+    // result (read from squeue/sacct once for all of them).
+    let recipes = crate::slurm::recipes(&dag);
+    let records: Vec<Option<crate::slurm::JobRecord>> = entries
+        .iter()
+        .zip(&recipes)
+        .map(|(e, r)| match e.status {
+            NodeStatus::Fresh => None,
+            _ => crate::slurm::read_record(&store, r),
+        })
+        .collect();
+    let ids: Vec<String> = records.iter().flatten().map(|r| r.job_id.clone()).collect();
+    let states = if ids.is_empty() {
+        std::collections::HashMap::new()
+    } else {
+        crate::slurm::job_states(&ids)?
+    };
+    let jobs: Vec<Option<(String, crate::slurm::JobState)>> = records
+        .iter()
+        .map(|r| {
+            r.as_ref().map(|r| {
+                let st = states
+                    .get(&r.job_id)
+                    .cloned()
+                    .unwrap_or(crate::slurm::JobState::Unknown);
+                (r.job_id.clone(), st)
+            })
+        })
+        .collect();
     let eta = crate::eta::estimate(&store, &dag, &entries, false)?;
     let count = |s: NodeStatus| entries.iter().filter(|e| e.status == s).count();
     let n_running = running.iter().filter(|r| r.is_some()).count();
+    let n_jobs = |f: fn(&crate::slurm::JobState) -> bool| {
+        jobs.iter().flatten().filter(|(_, s)| f(s)).count()
+    };
+    let (queued_jobs, running_jobs, failed_jobs) = (
+        n_jobs(|s| matches!(s, crate::slurm::JobState::Queued(_))),
+        n_jobs(|s| matches!(s, crate::slurm::JobState::Running)),
+        n_jobs(|s| !s.alive()),
+    );
     let (fresh, stale, missing) = (
         count(NodeStatus::Fresh),
         count(NodeStatus::Stale),
@@ -476,17 +544,28 @@ pub fn status(args: &SpecArgs, env: &Env) -> Result<i32> {
         let nodes: Vec<_> = entries
             .iter()
             .zip(&running)
-            .map(|(e, r)| {
+            .zip(&jobs)
+            .map(|((e, r), j)| {
                 let mut n = json!({"id": e.id, "stage": e.stage, "status": e.status, "key": e.key.map(|k| k.to_hex()), "reasons": e.reasons});
                 if let Some(h) = r {
                     n["running"] = json!({"pid": h.pid, "host": h.host, "since": h.since, "run_id": h.run_id});
+                }
+                if let Some((id, st)) = j {
+                    let (state, detail) = match st {
+                        crate::slurm::JobState::Queued(r) => ("queued", r.clone()),
+                        crate::slurm::JobState::Running => ("running", String::new()),
+                        crate::slurm::JobState::Ended(s) => ("failed", s.clone()),
+                        crate::slurm::JobState::Unknown => ("failed", "gone".into()),
+                    };
+                    n["slurm"] = json!({"job": id, "state": state, "detail": detail});
                 }
                 n
             })
             .collect();
         println!(
             "{}",
-            json!({"fresh": fresh, "stale": stale, "missing": missing, "running": n_running, "total": entries.len(), "estimate": eta.to_json(), "nodes": nodes})
+            json!({"fresh": fresh, "stale": stale, "missing": missing, "running": n_running, "total": entries.len(), "estimate": eta.to_json(),
+                   "slurm": {"queued": queued_jobs, "running": running_jobs, "failed": failed_jobs}, "nodes": nodes})
         );
     } else {
         let width = entries.iter().map(|e| e.id.len()).max().unwrap_or(4).max(4);
@@ -496,7 +575,7 @@ pub fn status(args: &SpecArgs, env: &Env) -> Result<i32> {
             "{:<8} {:<12} {:<width$}  WHY",
             "STATUS", "STAGE", "NODE"
         );
-        for (e, r) in entries.iter().zip(&running) {
+        for ((e, r), j) in entries.iter().zip(&running).zip(&jobs) {
             let why = if e.reasons.len() > 2 {
                 format!(
                     "{}; … (+{} more)",
@@ -506,12 +585,20 @@ pub fn status(args: &SpecArgs, env: &Env) -> Result<i32> {
             } else {
                 e.reasons.join("; ")
             };
-            let (word, why) = match r {
-                Some(h) => (
+            let (word, why) = match (r, j) {
+                (Some(h), _) => (
                     "running",
                     format!("pid {} on {} since {}", h.pid, h.host, h.since),
                 ),
-                None => (status_word(e.status), why),
+                (None, Some((id, st))) => match st {
+                    crate::slurm::JobState::Queued(_) => ("queued", st.describe(id)),
+                    crate::slurm::JobState::Running => ("running", st.describe(id)),
+                    _ => (
+                        "failed",
+                        format!("{}; `upcc explain` shows its log", st.describe(id)),
+                    ),
+                },
+                (None, None) => (status_word(e.status), why),
             };
             let _ = writeln!(out, "{word:<8} {:<12} {:<width$}  {why}", e.stage, e.id);
         }
@@ -525,6 +612,12 @@ pub fn status(args: &SpecArgs, env: &Env) -> Result<i32> {
                 String::new()
             }
         );
+        if !ids.is_empty() {
+            let _ = writeln!(
+                out,
+                "slurm jobs: {queued_jobs} queued, {running_jobs} running, {failed_jobs} ended without a result"
+            );
+        }
         if stale + missing > 0 {
             let _ = writeln!(out, "{}", eta.describe());
         }
@@ -729,6 +822,31 @@ pub fn explain(args: &ExplainArgs, env: &Env) -> Result<i32> {
             let _ = writeln!(o, "outputs   (not computed for this key)");
         }
     }
+    // A Slurm job submitted for this key: its state and the end of its output.
+    let recipe = crate::slurm::recipes(&sub).pop().unwrap_or_default();
+    if let Some(r) = Some(&recipe)
+        .filter(|_| e.status != NodeStatus::Fresh)
+        .and_then(|k| crate::slurm::read_record(&store, k))
+    {
+        let state = crate::slurm::job_states(std::slice::from_ref(&r.job_id))
+            .ok()
+            .and_then(|s| s.get(&r.job_id).cloned())
+            .map(|s| s.describe(&r.job_id))
+            .unwrap_or_else(|| format!("slurm job {} (squeue unavailable)", r.job_id));
+        let _ = writeln!(
+            o,
+            "slurm     {state}; submitted {} by {} on {}",
+            r.submitted,
+            r.user.as_deref().unwrap_or("?"),
+            r.host
+        );
+        let _ = writeln!(o, "job log   {}", r.log);
+        if let Some(tail) = crate::slurm::log_tail(&r, if verbose >= 1 { 10_000 } else { 20 }) {
+            for l in tail.lines() {
+                let _ = writeln!(o, "  | {l}");
+            }
+        }
+    }
     // The node's log (of its last execution under this key, a failed one included).
     if let Some(k) = e.key {
         let path = store.log_path(&k);
@@ -855,4 +973,228 @@ fn numerics_classes(store: &Store) -> Result<BTreeSet<String>> {
         }
     }
     Ok(classes)
+}
+
+/// `run --executor slurm`: submit a job per node to compute (reusing queued or running ones),
+/// then follow them until every node is done or failed, unless `--detach`.
+fn run_slurm(
+    args: &RunArgs,
+    env: &Env,
+    loaded: &Loaded,
+    dag: &upcc_engine::Dag,
+    store: &Store,
+    settings: &crate::slurm::SlurmSettings,
+    t0: Instant,
+) -> Result<i32> {
+    if args.force {
+        return Err(CliError::user(
+            "--force recomputes fresh results on this machine; the Slurm executor submits only what is not computed",
+        )
+        .hint("run the determinism check locally (`--executor local --force`) on the cell you want"));
+    }
+    let quiet = args.spec.json || matches!(args.progress, ProgressArg::None);
+    let entries = plan(dag, store, &loaded.spec.file.name)?;
+    let todo: Vec<usize> = (0..dag.len())
+        .filter(|&i| entries[i].status != NodeStatus::Fresh)
+        .collect();
+    let device = Some(
+        if loaded.compute.is_gpu() {
+            "cuda"
+        } else {
+            "cpu"
+        }
+        .to_string(),
+    );
+    let inv = crate::slurm::Invocation::new(
+        &args.spec.spec_and_selectors[0],
+        &args.spec.set,
+        store.root(),
+        device,
+        env.gpus.clone(),
+    );
+    let sub = crate::slurm::submit(
+        dag,
+        &entries,
+        &todo,
+        store,
+        settings,
+        &inv,
+        loaded.compute.is_gpu(),
+    )?;
+    if !quiet {
+        eprintln!(
+            "upcc: slurm: {} of {} nodes to compute: {} jobs submitted, {} already queued or running (store `{}`)",
+            sub.jobs.len(),
+            dag.len(),
+            sub.new,
+            sub.attached,
+            store.root().display()
+        );
+    }
+    let spec_arg = &args.spec.spec_and_selectors[0];
+    if args.detach {
+        let msg = format!(
+            "upcc: detached; `upcc status {spec_arg}` shows the jobs, `upcc run {spec_arg} --executor slurm` re-attaches, `upcc cancel {spec_arg}` cancels them"
+        );
+        if args.spec.json {
+            println!(
+                "{}",
+                json!({"executor": "slurm", "detached": true, "submitted": sub.new, "attached": sub.attached,
+                       "jobs": sub.jobs.iter().map(|(i, id)| (dag.node(*i).id.clone(), id.clone())).collect::<BTreeMap<_, _>>()})
+            );
+        }
+        eprintln!("{msg}");
+        return Ok(0);
+    }
+    let poll = Duration::from_secs_f64(settings.poll_seconds.unwrap_or(5.0));
+    let outcome = crate::slurm::attach(dag, &loaded.spec.file.name, &sub.jobs, store, poll, quiet)?;
+    let touched: BTreeSet<usize> = dag
+        .nodes()
+        .iter()
+        .filter_map(|n| loaded.built.dag.index_of(&n.id))
+        .collect();
+    let mut healed = false;
+    let tables = render_views(loaded, store, &touched, &mut healed)?;
+    let seconds = t0.elapsed().as_secs_f64();
+    if args.spec.json {
+        let failed: Vec<_> = outcome
+            .failed
+            .iter()
+            .map(|(i, why)| json!({"id": dag.node(*i).id, "error": why}))
+            .collect();
+        println!(
+            "{}",
+            json!({"executor": "slurm", "submitted": sub.new, "attached": sub.attached, "done": outcome.done.len(),
+                   "failed": outcome.failed.len(), "failures": failed, "total": dag.len(), "seconds": seconds,
+                   "store": store.root().display().to_string(), "tables": tables.iter().cloned().collect::<BTreeMap<_, _>>()})
+        );
+    } else {
+        let mut out = std::io::stdout().lock();
+        for (_, md) in &tables {
+            let _ = writeln!(out, "{md}");
+        }
+    }
+    let recipes = crate::slurm::recipes(dag);
+    for (i, why) in &outcome.failed {
+        eprintln!("error: node `{}`: {why}", dag.node(*i).id);
+        if let Some(r) = crate::slurm::read_record(store, &recipes[*i]) {
+            eprintln!("  job log: {}", r.log);
+        }
+    }
+    if healed {
+        eprintln!("upcc: warning: corrupt results were quarantined while reading; run again to recompute them");
+    }
+    eprintln!(
+        "upcc: {} nodes: {} computed by Slurm jobs, {} failed ({seconds:.1} s)",
+        dag.len(),
+        outcome.done.len(),
+        outcome.failed.len()
+    );
+    Ok(if outcome.failed.is_empty() && !healed {
+        0
+    } else {
+        1
+    })
+}
+
+/// `upcc job SPEC NODE --key HEX`: compute exactly one node whose inputs are computed.
+pub fn job(args: &JobArgs, env: &Env) -> Result<i32> {
+    let (spec_arg, node_id) = (&args.spec_and_node[0], &args.spec_and_node[1]);
+    let spec_args = SpecArgs {
+        spec_and_selectors: vec![spec_arg.clone()],
+        set: args.set.clone(),
+        json: false,
+    };
+    let threads = std::env::var("UPCC_THREADS")
+        .ok()
+        .and_then(|t| t.parse::<usize>().ok())
+        .unwrap_or_else(default_threads)
+        .max(1);
+    let loaded = load(&spec_args, threads, env)?;
+    let Some(i) = loaded.built.dag.index_of(node_id) else {
+        return Err(CliError::user(format!("the spec `{spec_arg}` has no node `{node_id}`"))
+            .hint("the spec changed since the job was submitted; rerun `upcc run SPEC --executor slurm`"));
+    };
+    let dag = loaded.built.dag.restrict(&[i]);
+    let store = open_store(&env.store, false)?;
+    let entries = plan(&dag, &store, &loaded.spec.file.name)?;
+    let last = dag
+        .index_of(node_id)
+        .expect("the restricted DAG holds the node");
+    let recipe = crate::slurm::recipes(&dag).swap_remove(last);
+    if recipe != args.recipe {
+        return Err(CliError::user(format!(
+            "node `{node_id}` has recipe {} under the spec now, but the job was submitted for {}",
+            &recipe[..12],
+            &args.recipe[..args.recipe.len().min(12)]
+        ))
+        .hint("the spec, its parameters or upcc changed since the submission; rerun `upcc run SPEC --executor slurm`"));
+    }
+    for (j, e) in entries.iter().enumerate() {
+        if j != last && e.status != NodeStatus::Fresh {
+            return Err(CliError::env(format!(
+                "input node `{}` of `{node_id}` is not computed ({})",
+                e.id,
+                status_word(e.status)
+            ))
+            .hint("its job failed or was cancelled; `upcc status` shows it"));
+        }
+    }
+    let cfg = RunConfig {
+        spec: loaded.spec.file.name.clone(),
+        threads,
+        memory_mb: memory_default_mb(),
+        keep_going: false,
+        force: BTreeSet::new(),
+        provenance: provenance(run_id(), &loaded.compute),
+        poll_interval: Duration::from_millis(250),
+        gpus: loaded.compute.gpu_budgets_mb(),
+    };
+    let mut ui = Progress::new(ProgressMode::Plain, dag.len());
+    let report = engine_run(&dag, &store, &cfg, &mut ui);
+    ui.done();
+    let report = report?;
+    let n = &report.nodes[last];
+    match n.outcome {
+        Outcome::Executed => eprintln!(
+            "upcc job: computed {node_id} ({:.1} s)",
+            n.duration_s.unwrap_or(0.0)
+        ),
+        Outcome::Failed => {
+            eprintln!(
+                "upcc job: node `{node_id}` failed: {}",
+                n.error.as_deref().unwrap_or("unknown error")
+            );
+            if let Some(k) = n.key {
+                eprintln!("  log: {}", store.log_path(&k).display());
+            }
+        }
+        _ => eprintln!("upcc job: {node_id} was already computed"),
+    }
+    if n.outcome != Outcome::Failed {
+        crate::slurm::remove_record(&store, &recipe);
+    }
+    Ok(match report.failure_tier() {
+        None => 0,
+        Some(upcc_engine::Tier::User) => 2,
+        Some(upcc_engine::Tier::Environment) => 1,
+        Some(upcc_engine::Tier::Internal) => 3,
+    })
+}
+
+/// `upcc cancel SPEC [SELECTOR…]`: cancel the Slurm jobs of the selected stale nodes.
+pub fn cancel(args: &SpecArgs, env: &Env) -> Result<i32> {
+    let loaded = load(args, 1, env)?;
+    let roots = select::roots(&loaded.selection, &loaded.built)?;
+    let dag = loaded.built.dag.restrict(&roots);
+    let store = open_store(&env.store, false)?;
+    let entries = plan(&dag, &store, &loaded.spec.file.name)?;
+    let (cancelled, records) = crate::slurm::cancel(&dag, &entries, &store)?;
+    if args.json {
+        println!("{}", json!({"cancelled": cancelled, "records": records}));
+    }
+    eprintln!(
+        "upcc: cancelled {cancelled} queued or running slurm jobs ({records} job records of this spec's stale nodes cleared)"
+    );
+    Ok(0)
 }

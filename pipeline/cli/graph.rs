@@ -14,7 +14,8 @@ use crate::error::Result;
 use crate::spec::{axes_of, oracle_run_name, OraclePanels, Spec, TargetKind};
 use crate::stage;
 use crate::stage::table::{
-    FigureTask, TableInput, TableSource, TableTask, FIGURE_VERSION, TABLE_VERSION,
+    FigureTask, SweepTask, TableInput, TableSource, TableTask, ValuesTask, FIGURE_VERSION,
+    TABLE_VERSION,
 };
 use crate::wiring::{fmt_f, input, Cell, NodeSpec, Numerics, Wiring};
 
@@ -90,9 +91,11 @@ fn build_with(
             spec.trials[..1].to_vec()
         };
         let trials = match target.kind {
-            TargetKind::Selection => 1,
+            TargetKind::Selection | TargetKind::BlindSpots | TargetKind::ConstraintValues => 1,
             TargetKind::Experts => expert_trials.len(),
-            TargetKind::Table | TargetKind::Figure => spec.trials.len(),
+            TargetKind::Table | TargetKind::Figure | TargetKind::Sweep | TargetKind::Runtime => {
+                spec.trials.len()
+            }
         };
         let mut cells = Vec::new();
         // Published values of the cells, keyed by coordinates (the first trial's pass).
@@ -104,8 +107,51 @@ fn build_with(
             let feat = stage::features::wire(&mut w, ds)?;
             for sup in &g.supervision {
                 let sspec = spec.supervision(sup);
-                if target.kind == TargetKind::Experts {
-                    for &seed in &expert_trials {
+                if target.kind == TargetKind::ConstraintValues {
+                    // The first trial's records: the distribution, not its spread.
+                    for &pi in &corruptions {
+                        for &budget in &budgets {
+                            let mut coords = BTreeMap::from([
+                                ("dataset".to_string(), ds.clone()),
+                                ("supervision".to_string(), sup.clone()),
+                            ]);
+                            if g.corruption.is_some() {
+                                coords.insert("corruption".into(), fmt_f(pi));
+                            }
+                            if g.budget.is_some() {
+                                coords.insert("budget".into(), budget.to_string());
+                            }
+                            let cell = Cell {
+                                dataset: ds,
+                                dspec,
+                                supervision: sup,
+                                sspec,
+                                corruption: pi,
+                                budget,
+                                method: "",
+                                pretrain: false,
+                                seed: spec.trials[0],
+                                holdout: false,
+                            };
+                            let c = stage::constraints::wire(&mut w, feat, &cell)?;
+                            cells.push(CellTrial {
+                                coords,
+                                trial: spec.trials[0],
+                                leaf: c,
+                                output: "constraints",
+                                oracle_leaf: None,
+                            });
+                        }
+                    }
+                    continue;
+                }
+                if target.kind.per_setting() {
+                    let seeds = if target.kind == TargetKind::BlindSpots {
+                        &expert_trials[..1]
+                    } else {
+                        &expert_trials[..]
+                    };
+                    for &seed in seeds {
                         let coords = BTreeMap::from([
                             ("dataset".to_string(), ds.clone()),
                             ("supervision".to_string(), sup.clone()),
@@ -244,7 +290,7 @@ fn build_with(
                 (a.to_string(), vals)
             })
             .collect();
-        let experts = target.kind == TargetKind::Experts;
+        let experts = target.kind.per_setting();
         let mut settings = params.table.clone();
         if experts {
             // The experts table shows accuracies only: the NMI variant does not touch it.
@@ -310,7 +356,11 @@ fn build_with(
             })
             .collect();
         let node = match target.kind {
-            TargetKind::Table | TargetKind::Experts | TargetKind::Selection => w.add(NodeSpec {
+            TargetKind::Table
+            | TargetKind::Experts
+            | TargetKind::Selection
+            | TargetKind::BlindSpots
+            | TargetKind::Runtime => w.add(NodeSpec {
                 id: format!("table/{tname}"),
                 stage: "table",
                 version: TABLE_VERSION,
@@ -329,26 +379,56 @@ fn build_with(
                     inputs: inputs.clone(),
                 },
             })?,
-            TargetKind::Figure => w.add(NodeSpec {
-                id: format!("figure/{tname}"),
-                stage: "figure",
-                version: FIGURE_VERSION,
-                numerics: Numerics::Exact,
-                inputs: wires,
-                outputs: &["png", "svg", "table"],
-                labels: BTreeMap::from([
-                    ("stage".into(), "figure".into()),
-                    ("target".into(), tname.clone()),
-                ]),
-                resources: Wiring::small(256),
-                task: FigureTask {
+            TargetKind::Figure => figure_node(
+                &mut w,
+                tname,
+                wires,
+                256,
+                FigureTask {
                     kind: "figure",
                     title: layout.title.clone(),
                     inputs: inputs.clone(),
                     oracle_inputs,
                     std_ddof: params.table.std_ddof,
                 },
-            })?,
+            )?,
+            TargetKind::Sweep => figure_node(
+                &mut w,
+                tname,
+                wires,
+                256,
+                SweepTask {
+                    kind: "sweep",
+                    layout: layout.clone(),
+                    axes: upcc_report::sweep::SweepAxes {
+                        x: target.x.clone().unwrap_or_default(),
+                        lines: match target.lines.as_deref() {
+                            Some("none") => None,
+                            Some(l) => Some(l.to_string()),
+                            None => Some("method".into()),
+                        },
+                        split: if target.splits.iter().any(|s| s == "test") {
+                            "test".into()
+                        } else {
+                            target.splits[0].clone()
+                        },
+                        x_labels: target.x_labels.clone(),
+                        x_title: target.x_title.clone(),
+                    },
+                    inputs: inputs.clone(),
+                },
+            )?,
+            TargetKind::ConstraintValues => figure_node(
+                &mut w,
+                tname,
+                wires,
+                512,
+                ValuesTask {
+                    kind: "constraint-values",
+                    title: layout.title.clone(),
+                    inputs: inputs.clone(),
+                },
+            )?,
         };
         targets.push(TargetNodes {
             name: tname.clone(),
@@ -363,5 +443,29 @@ fn build_with(
     Ok(Built {
         dag: w.build(),
         targets,
+    })
+}
+
+/// A figure target's node (`figure/NAME`: PNG, SVG and the plotted values).
+fn figure_node<T: upcc_engine::Task + serde::Serialize + 'static>(
+    w: &mut Wiring,
+    tname: &str,
+    inputs: Vec<(String, upcc_engine::InputDef)>,
+    memory_mb: u64,
+    task: T,
+) -> Result<usize> {
+    w.add(NodeSpec {
+        id: format!("figure/{tname}"),
+        stage: "figure",
+        version: FIGURE_VERSION,
+        numerics: Numerics::Exact,
+        inputs,
+        outputs: &["png", "svg", "table"],
+        labels: BTreeMap::from([
+            ("stage".into(), "figure".into()),
+            ("target".into(), tname.to_string()),
+        ]),
+        resources: Wiring::small(memory_mb),
+        task,
     })
 }

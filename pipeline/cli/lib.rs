@@ -12,6 +12,7 @@ pub mod method;
 pub mod progress;
 pub mod report;
 pub mod select;
+pub mod slurm;
 pub mod spec;
 pub mod stage;
 pub mod wiring;
@@ -42,6 +43,8 @@ pub fn main_entry() -> i32 {
         cli::Command::Verify => commands::verify(&env.store),
         cli::Command::Gc(a) => commands::gc(a, &env),
         cli::Command::Report(a) => report::report(a, &env),
+        cli::Command::Cancel(a) => commands::cancel(a, &env),
+        cli::Command::Job(a) => commands::job(a, &env),
     };
     match result {
         Ok(code) => code,

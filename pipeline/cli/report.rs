@@ -185,7 +185,7 @@ fn work_node(dag: &upcc_engine::Dag, leaf: usize) -> usize {
 
 /// Recorded wall time per node index (`None`: not computed), read once per report: shared
 /// upstream nodes (pretraining, searches) are reached from many cells.
-type Durations = std::collections::HashMap<usize, Option<f64>>;
+pub(crate) type Durations = std::collections::HashMap<usize, Option<f64>>;
 
 /// The summed wall time of the trainings upstream of `leaf` (nodes with a device numerics
 /// class, except the simulated experts), or `None` if one of them is not computed.
@@ -227,14 +227,53 @@ fn training_seconds(
     Ok(Some(total))
 }
 
-/// `1h03m05s`, `22m41s`, `41s`: the paper's Table 11 style.
-fn hms(seconds: f64) -> String {
-    let s = seconds.round() as u64;
-    match (s / 3600, (s % 3600) / 60, s % 60) {
-        (0, 0, sec) => format!("{sec}s"),
-        (0, m, sec) => format!("{m}m{sec:02}s"),
-        (h, m, sec) => format!("{h}h{m:02}m{sec:02}s"),
+/// A runtime target (the paper's Table 11): per cell, the mean over its timed trials of the
+/// wall time of every training upstream of it (pretraining and searches included), from the
+/// manifests. Wall time is provenance, not content: the table is composed when shown.
+pub(crate) fn runtime_table(
+    t: &TargetNodes,
+    dag: &upcc_engine::Dag,
+    entries: &[PlanEntry],
+    store: &Store,
+    durations: &mut Durations,
+) -> Result<upcc_report::Rendered> {
+    use upcc_report::text::{hms, render_text, TextCell};
+    let mut by_cell: Vec<(&std::collections::BTreeMap<String, String>, Vec<f64>)> = Vec::new();
+    for cell in &t.cells {
+        let s = training_seconds(dag, entries, store, cell.leaf, durations)?;
+        let i = match by_cell.iter().position(|(c, _)| *c == &cell.coords) {
+            Some(i) => i,
+            None => {
+                by_cell.push((&cell.coords, vec![]));
+                by_cell.len() - 1
+            }
+        };
+        by_cell[i].1.extend(s);
     }
+    let cells: Vec<TextCell> = by_cell
+        .into_iter()
+        .filter(|(_, s)| !s.is_empty())
+        .map(|(coords, s)| {
+            let mean = s.iter().sum::<f64>() / s.len() as f64;
+            let text = if s.len() < t.trials {
+                format!("{} ({} of {} trials)", hms(mean), s.len(), t.trials)
+            } else {
+                hms(mean)
+            };
+            TextCell {
+                coords: coords.clone(),
+                latex: text.clone(),
+                text,
+                value: Some(mean),
+            }
+        })
+        .collect();
+    render_text(
+        &t.layout,
+        &cells,
+        "Mean wall-clock training time per trial (pretraining and hyperparameter searches included, the simulated experts not), from the recorded times of this store's nodes",
+    )
+    .map_err(|e| CliError::env(e.to_string()))
 }
 
 /// Per cell (trials pooled): mean training wall time and the trials it is over.
@@ -303,7 +342,7 @@ fn write_target(
             manifest: fresh_manifest(store, &entries[work])?,
             training_s: training_seconds(dag, entries, store, cell.leaf, durations)?,
         });
-        if t.kind == TargetKind::Figure {
+        if t.kind.is_figure() || t.kind == TargetKind::Runtime {
             continue;
         }
         if let Some(m) = fresh_manifest(store, e)? {
@@ -317,7 +356,7 @@ fn write_target(
     }
     let mut files = Vec::new();
     let mut figure = None;
-    let markdown = if t.kind == TargetKind::Figure {
+    let markdown = if t.kind.is_figure() {
         let e = &entries[t.node];
         let mut drawn = false;
         if let (Some(m), Some(key)) = (fresh_manifest(store, e)?, e.key) {
@@ -349,15 +388,19 @@ fn write_target(
                 .filter(|c| c.status == NodeStatus::Fresh)
                 .count();
             format!(
-                "The figure is not drawn yet: {done} of {} cell trials have diagnostics.",
+                "The figure is not drawn yet: {done} of {} cell trials have their results.",
                 cells.len()
             )
         }
     } else {
         let inputs: Vec<(&TableInput, &[u8])> =
             found.iter().map(|(i, b)| (*i, b.as_slice())).collect();
-        let r = render_target(TableSource::of(t.kind), &t.layout, &inputs, t.trials)
-            .map_err(|e| CliError::env(e.to_string()))?;
+        let r = if t.kind == TargetKind::Runtime {
+            runtime_table(t, dag, entries, store, durations)?
+        } else {
+            render_target(TableSource::of(t.kind), &t.layout, &inputs, t.trials)
+                .map_err(|e| CliError::env(e.to_string()))?
+        };
         for (file, bytes) in [
             ("table.md", r.markdown.as_bytes()),
             ("table.tex", r.latex.as_bytes()),
@@ -527,7 +570,7 @@ fn index_html(spec: &Spec, store: &Store, written: &[Written]) -> String {
                     h,
                     "<tr><td>{}</td><td>{}</td><td>{timed} of {n}</td></tr>",
                     esc(label),
-                    hms(*mean)
+                    upcc_report::text::hms(*mean)
                 );
             }
             h.push_str("</table></details>\n");
@@ -577,16 +620,4 @@ fn index_html(spec: &Spec, store: &Store, written: &[Written]) -> String {
     }
     let _ = write!(h, "<script>{SCRIPT}</script>\n</body></html>\n");
     h
-}
-
-#[cfg(test)]
-mod tests {
-    use super::hms;
-
-    #[test]
-    fn durations_read_as_the_papers_table_11() {
-        assert_eq!(hms(41.4), "41s");
-        assert_eq!(hms(22.0 * 60.0 + 41.0), "22m41s");
-        assert_eq!(hms(3600.0 + 7.0 * 60.0 + 26.0), "1h07m26s");
-    }
 }

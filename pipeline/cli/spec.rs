@@ -71,6 +71,9 @@ pub struct SpecFile {
     #[serde(default)]
     pub params: BTreeMap<String, Value>,
     pub targets: BTreeMap<String, TargetSpec>,
+    /// How `upcc run` executes this spec's nodes (never part of any key).
+    #[serde(default)]
+    pub executor: Option<crate::slurm::ExecutorSection>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -233,6 +236,21 @@ pub struct TargetSpec {
     /// Tables only: published values to show reproduced − published against.
     #[serde(default)]
     pub published: Option<PublishedSpec>,
+    /// Sweep figures only: the grid axis along the x axis (e.g. `supervision`, `corruption`,
+    /// `budget`, or `method` over variants of one method).
+    #[serde(default)]
+    pub x: Option<String>,
+    /// Sweep figures only: the grid axis with one line per value (default `method`; `none`:
+    /// one line).
+    #[serde(default)]
+    pub lines: Option<String>,
+    /// Sweep figures only: tick labels for x values (e.g. `eci-pp-k2: "2"` when x sweeps
+    /// method variants); unlisted values show their names.
+    #[serde(default)]
+    pub x_labels: BTreeMap<String, String>,
+    /// Sweep figures only: the x axis' title (default: the axis name).
+    #[serde(default)]
+    pub x_title: Option<String>,
 }
 
 /// A dataset file downloaded into the store: its URL and the digest that pins its bytes.
@@ -419,7 +437,7 @@ pub fn read_published(
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum TargetKind {
     /// Clustering scores (ACC, NMI, ARI) of every cell, mean ± std over trials.
     #[default]
@@ -431,13 +449,66 @@ pub enum TargetKind {
     /// The hyperparameter each cell's search chose by validation ACC (VolMaxDCC's λ, the
     /// ensembles' α: the paper's Tables 5 and 6); one value per cell, no trials.
     Selection,
+    /// A clustering metric (mean ± spread over trials) against one axis of the grid (`x`),
+    /// one line per value of another (`lines`, default `method`), a panel per metric and per
+    /// value of the remaining axes: the paper's robustness and sensitivity figures.
+    Sweep,
+    /// The unfamiliar-class counts of each setting's experts, e.g. `(4,3,3)`: the paper's
+    /// Table 2, read from the trained experts.
+    BlindSpots,
+    /// Histograms of the recorded constraint values of each setting (clean and corrupted
+    /// records stacked): the paper's constraint-value distribution figure.
+    ConstraintValues,
+    /// Wall-clock training time of each cell (pretraining and searches included), read from
+    /// the manifests' recorded times: the paper's Table 11.
+    Runtime,
+}
+
+impl TargetKind {
+    /// The name a spec writes (`kind: blind-spots`).
+    pub fn name(self) -> &'static str {
+        match self {
+            TargetKind::Table => "table",
+            TargetKind::Experts => "experts",
+            TargetKind::Figure => "figure",
+            TargetKind::Selection => "selection",
+            TargetKind::Sweep => "sweep",
+            TargetKind::BlindSpots => "blind-spots",
+            TargetKind::ConstraintValues => "constraint-values",
+            TargetKind::Runtime => "runtime",
+        }
+    }
+
+    /// Indexed by dataset and supervision only (no methods train for it).
+    pub fn per_setting(self) -> bool {
+        matches!(
+            self,
+            TargetKind::Experts | TargetKind::BlindSpots | TargetKind::ConstraintValues
+        )
+    }
+
+    /// Drawn (PNG, SVG and the plotted values) rather than tabulated.
+    pub fn is_figure(self) -> bool {
+        matches!(
+            self,
+            TargetKind::Figure | TargetKind::Sweep | TargetKind::ConstraintValues
+        )
+    }
 }
 
 impl TargetSpec {
     pub fn columns(&self) -> Vec<String> {
         match (&self.columns, &self.kind) {
             (Some(c), _) => c.clone(),
-            (None, TargetKind::Experts | TargetKind::Selection) => vec!["supervision".into()],
+            (
+                None,
+                TargetKind::Experts
+                | TargetKind::Selection
+                | TargetKind::BlindSpots
+                | TargetKind::ConstraintValues,
+            ) => vec!["supervision".into()],
+            // The paper's Table 11: a column per dataset, a row per method.
+            (None, TargetKind::Runtime) => vec!["dataset".into()],
             (None, _) if self.grid.pretrain.is_some() => vec!["method".into(), "pretrain".into()],
             (None, _) => vec!["method".into()],
         }
@@ -1559,6 +1630,26 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
             );
         }
     }
+    if let Some(ex) = &file.executor {
+        if let Some(k) = ex
+            .kind
+            .as_deref()
+            .filter(|k| !["local", "slurm"].contains(k))
+        {
+            p.add(
+                &["executor", "kind"],
+                format!("unknown executor `{k}`"),
+                Some("`local` or `slurm`".into()),
+            );
+        }
+        for (field, msg) in ex.slurm.check() {
+            p.add(
+                &["executor", "slurm", field.as_str()],
+                format!("`executor.slurm.{field}` {msg}"),
+                None,
+            );
+        }
+    }
     // Targets.
     if file.targets.is_empty() {
         p.add(
@@ -1576,9 +1667,17 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
     for (t, target) in &file.targets {
         let at = |field: &'static str| ["targets", t.as_str(), "grid", field];
         let g = &target.grid;
-        let experts = target.kind == TargetKind::Experts;
+        let experts = target.kind.per_setting();
+        let kind = target.kind.name();
         if experts && !g.method.is_empty() {
-            p.add(&at("method"), format!("target `{t}` (kind: experts) is indexed by dataset and supervision only; remove `grid.method`"), None);
+            p.add(&at("method"), format!("target `{t}` (kind: {kind}) is indexed by dataset and supervision only; remove `grid.method`"), None);
+        }
+        if experts
+            && (g.pretrain.is_some()
+                || (target.kind != TargetKind::ConstraintValues
+                    && (g.corruption.is_some() || g.budget.is_some())))
+        {
+            p.add(&at("dataset"), format!("target `{t}` (kind: {kind}) is indexed by dataset and supervision{}; remove the other axes from its grid", if target.kind == TargetKind::ConstraintValues { " (and corruption, budget)" } else { " only" }), None);
         }
         for (axis, values, valid, what) in [
             ("dataset", &g.dataset, &ds, "dataset"),
@@ -1664,16 +1763,17 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
                 file.supervision.get(sup),
                 Some(SupervisionSpec::File { .. })
             );
-            if experts && from_file {
-                p.add(&at("supervision"), format!("target `{t}` (kind: experts): supervision `{sup}` comes from a file and has no experts"), None);
+            if experts && from_file && target.kind != TargetKind::ConstraintValues {
+                p.add(&at("supervision"), format!("target `{t}` (kind: {kind}): supervision `{sup}` comes from a file and has no experts"), None);
             }
             if experts
+                && target.kind != TargetKind::ConstraintValues
                 && matches!(
                     file.supervision.get(sup),
                     Some(SupervisionSpec::Oracle { .. })
                 )
             {
-                p.add(&at("supervision"), format!("target `{t}` (kind: experts): supervision `{sup}` is the oracle's and has no trained experts"), None);
+                p.add(&at("supervision"), format!("target `{t}` (kind: {kind}): supervision `{sup}` is the oracle's and has no trained experts"), None);
             }
             if target.kind == TargetKind::Figure && from_file {
                 p.add(&at("supervision"), format!("target `{t}` (kind: figure): supervision `{sup}` comes from a file, which has no held-out diagnostic set (it needs the experts' judgments and the oracle labels)"), Some("draw the figure for an expert supervision setting".into()));
@@ -1690,6 +1790,75 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
             );
         }
         let axes = axes_of(target);
+        if target.kind == TargetKind::Sweep {
+            match target.x.as_deref() {
+                None => p.add(
+                    &["targets", t.as_str(), "x"],
+                    format!("target `{t}` (kind: sweep) needs `x`: the grid axis along the x axis"),
+                    Some(format!("one of: {}", axes.join(", "))),
+                ),
+                Some(x) if !axes.contains(&x) => p.add(
+                    &["targets", t.as_str(), "x"],
+                    format!("target `{t}`: `x: {x}` is not an axis of its grid"),
+                    Some(format!("one of: {}", axes.join(", "))),
+                ),
+                Some(_) => {}
+            }
+            if let Some(x) = target.x.as_deref() {
+                let values: Vec<String> = match x {
+                    "dataset" => g.dataset.clone(),
+                    "supervision" => g.supervision.clone(),
+                    "method" => g.method.clone(),
+                    "corruption" => g
+                        .corruption
+                        .iter()
+                        .flatten()
+                        .map(|c| crate::wiring::fmt_f(*c))
+                        .collect(),
+                    "budget" => g.budget.iter().flatten().map(|b| b.to_string()).collect(),
+                    _ => g.pretrain.iter().flatten().map(|b| b.to_string()).collect(),
+                };
+                for k in target.x_labels.keys() {
+                    if !values.contains(k) {
+                        p.add(
+                            &["targets", t.as_str(), "x_labels", k.as_str()],
+                            format!("target `{t}`: `x_labels` names `{k}`, which is not a value of `x: {x}`"),
+                            Some(format!("values: {}", values.join(", "))),
+                        );
+                    }
+                }
+            }
+            let lines = target.lines.as_deref().unwrap_or("method");
+            if lines != "none" && !axes.contains(&lines) {
+                p.add(
+                    &["targets", t.as_str(), "lines"],
+                    format!("target `{t}`: `lines: {lines}` is not an axis of its grid"),
+                    Some(format!("one of: {}, or `none`", axes.join(", "))),
+                );
+            } else if target.x.as_deref() == Some(lines) {
+                p.add(
+                    &["targets", t.as_str(), "lines"],
+                    format!("target `{t}`: `lines` and `x` are both `{lines}`"),
+                    Some("draw one line per value of another axis (default `method`), or `lines: none`".into()),
+                );
+            }
+        } else {
+            let labelled = (!target.x_labels.is_empty()).then_some(());
+            for (field, set) in [
+                ("x", target.x.as_ref().map(|_| ())),
+                ("lines", target.lines.as_ref().map(|_| ())),
+                ("x_labels", labelled),
+                ("x_title", target.x_title.as_ref().map(|_| ())),
+            ] {
+                if set.is_some() {
+                    p.add(
+                        &["targets", t.as_str(), field],
+                        format!("target `{t}`: `{field}` places a sweep figure's axes; this target is of kind `{}`", target.kind.name()),
+                        Some("drop it, or make the target `kind: sweep`".into()),
+                    );
+                }
+            }
+        }
         for col in &target.columns() {
             if !axes.contains(&col.as_str()) {
                 let hint = if col == "pretrain" {
@@ -1744,7 +1913,7 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
             if target.oracle_panels.is_some() {
                 p.add(
                     &["targets", t, "oracle_panels"],
-                    format!("target `{t}`: `oracle_panels` chooses where a figure's panels G and H come from; this target is of kind `{}`", format!("{:?}", target.kind).to_lowercase()),
+                    format!("target `{t}`: `oracle_panels` chooses where a figure's panels G and H come from; this target is of kind `{}`", target.kind.name()),
                     Some("drop it, or make the target `kind: figure`".into()),
                 );
             }
@@ -1781,7 +1950,7 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
         };
         let at = |f: &'static str| ["targets", t.as_str(), "published", f];
         if target.kind != TargetKind::Table {
-            p.add(&at("file"), format!("target `{t}`: `published` values are compared with a clustering table's cells; this target is of kind `{}`", format!("{:?}", target.kind).to_lowercase()), None);
+            p.add(&at("file"), format!("target `{t}`: `published` values are compared with a clustering table's cells; this target is of kind `{}`", target.kind.name()), None);
             continue;
         }
         for c in &ps.ignore {
@@ -1846,7 +2015,11 @@ fn names_of<T>(m: &BTreeMap<String, T>) -> Vec<&str> {
 pub fn axes_of(target: &TargetSpec) -> Vec<&'static str> {
     let g = &target.grid;
     let mut a = vec!["dataset", "supervision"];
-    if target.kind == TargetKind::Experts {
+    if target.kind.per_setting() {
+        if target.kind == TargetKind::ConstraintValues {
+            a.extend(g.corruption.iter().map(|_| "corruption"));
+            a.extend(g.budget.iter().map(|_| "budget"));
+        }
         return a;
     }
     if g.corruption.is_some() {
@@ -1957,6 +2130,18 @@ methods:
         let s = load("smoke", &[]).unwrap();
         assert_eq!(s.file.name, "smoke");
         assert!(!s.trials.is_empty());
-        assert_eq!(s.target_order, ["main", "eci", "experts", "diagnostics"]);
+        assert_eq!(
+            s.target_order,
+            [
+                "main",
+                "eci",
+                "experts",
+                "diagnostics",
+                "sweep",
+                "blind-spots",
+                "constraint-values",
+                "runtime"
+            ]
+        );
     }
 }

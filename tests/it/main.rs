@@ -20,4 +20,5 @@ mod params;
 mod published;
 mod report;
 mod specs;
+mod targets;
 mod util;

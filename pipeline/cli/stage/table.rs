@@ -39,6 +39,9 @@ pub enum TableSource {
     Experts,
     /// Chosen hyperparameters (selection nodes' `table` outputs).
     Selection,
+    /// The experts' unfamiliar-class counts (`experts` outputs).
+    #[serde(rename = "blind-spots")]
+    BlindSpots,
 }
 
 impl TableSource {
@@ -48,7 +51,15 @@ impl TableSource {
         match kind {
             TargetKind::Experts => TableSource::Experts,
             TargetKind::Selection => TableSource::Selection,
-            TargetKind::Table | TargetKind::Figure => TableSource::Metrics,
+            TargetKind::BlindSpots => TableSource::BlindSpots,
+            // A runtime target's node is its cells' clustering table; the times are read
+            // from the manifests when it is shown (wall time is provenance, not content).
+            // Figures and constraint values never render as tables.
+            TargetKind::Table
+            | TargetKind::Figure
+            | TargetKind::Sweep
+            | TargetKind::Runtime
+            | TargetKind::ConstraintValues => TableSource::Metrics,
         }
     }
 }
@@ -83,7 +94,26 @@ pub fn render_target(
     inputs: &[(&TableInput, &[u8])],
     trials: usize,
 ) -> Result<upcc_report::Rendered, StageError> {
-    let r = if source == TableSource::Selection {
+    let r = if source == TableSource::BlindSpots {
+        let cells = inputs
+            .iter()
+            .map(|(i, b)| {
+                let t = upcc_stages::table::Table::from_parquet(b, "expert summary")?;
+                let text = upcc_report::text::blind_spot_counts(&t.str("unfamiliar")?);
+                Ok(upcc_report::text::TextCell {
+                    coords: i.coords.clone(),
+                    latex: format!("${text}$"),
+                    text,
+                    value: None,
+                })
+            })
+            .collect::<Result<Vec<_>, StageError>>()?;
+        upcc_report::text::render_text(
+            layout,
+            &cells,
+            "Unfamiliar-class counts of each expert, read from the trained experts",
+        )
+    } else if source == TableSource::Selection {
         let cells = inputs
             .iter()
             .map(|(i, b)| chosen_cell(i, b))
@@ -262,6 +292,105 @@ impl Task for FigureTask {
             .to_parquet();
         ctx.put_output("png", f.png, "image/png", "figure.png");
         ctx.put_output("svg", f.svg.into_bytes(), "image/svg+xml", "figure.svg");
+        parquet(ctx, "table", table)
+    }
+}
+
+/// A sweep figure: the cells' metrics aggregated as a table, drawn against one axis.
+#[derive(Serialize)]
+pub struct SweepTask {
+    pub kind: &'static str,
+    pub layout: TableLayout,
+    pub axes: upcc_report::sweep::SweepAxes,
+    pub inputs: Vec<TableInput>,
+}
+
+impl Task for SweepTask {
+    fn run(&self, ctx: &mut TaskContext) -> Result<(), TaskError> {
+        let mut results = Vec::new();
+        for i in &self.inputs {
+            results.push(
+                cell_result(TableSource::Metrics, i, ctx.input(&i.input)?).map_err(stage_err)?,
+            );
+        }
+        let f = upcc_report::sweep::render_sweep(
+            &self.layout.title,
+            &self.layout,
+            &self.axes,
+            &results,
+        )
+        .map_err(|e| TaskError::Failed(e.to_string()))?;
+        let p = &f.points;
+        let table = upcc_stages::table::TableBuilder::new()
+            .str("panel", p.iter().map(|p| p.panel.clone()).collect())
+            .str("line", p.iter().map(|p| p.line.clone()).collect())
+            .str("x", p.iter().map(|p| p.x.clone()).collect())
+            .str(
+                "metric",
+                p.iter().map(|p| p.metric.label().to_string()).collect(),
+            )
+            .f64("mean", p.iter().map(|p| p.agg.mean).collect())
+            .f64("std", p.iter().map(|p| p.agg.std).collect())
+            .u32("n", p.iter().map(|p| p.agg.n).collect())
+            .meta("x_axis", &self.axes.x)
+            .meta("split", &self.axes.split)
+            .to_parquet();
+        ctx.put_output("png", f.png, "image/png", "figure.png");
+        ctx.put_output("svg", f.svg.into_bytes(), "image/svg+xml", "figure.svg");
+        parquet(ctx, "table", table)
+    }
+}
+
+/// The constraint-value histograms: one panel per setting (rows: supervision; columns:
+/// dataset, and corruption/budget when the grid varies them), from the first trial's records.
+#[derive(Serialize)]
+pub struct ValuesTask {
+    pub kind: &'static str,
+    pub title: String,
+    pub inputs: Vec<TableInput>,
+}
+
+impl Task for ValuesTask {
+    fn run(&self, ctx: &mut TaskContext) -> Result<(), TaskError> {
+        use upcc_report::histogram::{render_values, ValuePanel};
+        let mut panels = Vec::new();
+        for i in &self.inputs {
+            let c = upcc_stages::constraints::Constraints::from_parquet(
+                ctx.input(&i.input)?,
+                "constraints artifact",
+            )
+            .map_err(stage_err)?;
+            let corrupted = if c.corrupted.iter().all(Option::is_some) && !c.corrupted.is_empty() {
+                Some(c.corrupted.iter().map(|f| f.unwrap_or(false)).collect())
+            } else {
+                None
+            };
+            let mut col = i.coords["dataset"].clone();
+            for k in ["corruption", "budget"] {
+                if let Some(v) = i.coords.get(k) {
+                    col.push_str(&format!(" {k}={v}"));
+                }
+            }
+            panels.push(ValuePanel {
+                row: i.coords["supervision"].clone(),
+                col,
+                values: c.y,
+                corrupted,
+            });
+        }
+        let h =
+            render_values(&self.title, &panels).map_err(|e| TaskError::Failed(e.to_string()))?;
+        let b = &h.bins;
+        let table = upcc_stages::table::TableBuilder::new()
+            .str("supervision", b.iter().map(|b| b.row.clone()).collect())
+            .str("panel", b.iter().map(|b| b.col.clone()).collect())
+            .f64("lo", b.iter().map(|b| b.lo).collect())
+            .f64("hi", b.iter().map(|b| b.hi).collect())
+            .u32("clean", b.iter().map(|b| b.clean).collect())
+            .u32("corrupted", b.iter().map(|b| b.corrupted).collect())
+            .to_parquet();
+        ctx.put_output("png", h.png, "image/png", "figure.png");
+        ctx.put_output("svg", h.svg.into_bytes(), "image/svg+xml", "figure.svg");
         parquet(ctx, "table", table)
     }
 }

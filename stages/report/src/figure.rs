@@ -35,7 +35,7 @@ pub fn columns() -> impl Iterator<Item = &'static str> {
     PANELS.iter().chain(EXTRA.iter()).map(|c| c.0)
 }
 
-const COLORS: [RGBColor; 6] = [
+pub(crate) const COLORS: [RGBColor; 6] = [
     RGBColor(31, 119, 180),
     RGBColor(214, 39, 40),
     RGBColor(44, 160, 44),
@@ -46,6 +46,14 @@ const COLORS: [RGBColor; 6] = [
 
 const FONT: &[u8] = include_bytes!("../fonts/DejaVuSans.ttf");
 static FONT_ONCE: Once = Once::new();
+
+/// Register the vendored DejaVu Sans as `sans-serif` (once per process).
+pub(crate) fn register_font() {
+    FONT_ONCE.call_once(|| {
+        // The vendored DejaVu Sans is a valid font; failure would only lose the text.
+        let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, FONT);
+    });
+}
 
 /// One trial's diagnostics: iteration → the value of every column (`columns()`).
 #[derive(Clone, Debug, PartialEq)]
@@ -117,10 +125,7 @@ pub fn render(title: &str, series: &[Series], std_ddof: u8) -> Result<Figure, Re
         })
         .collect();
     let labels: Vec<&str> = series.iter().map(|s| s.label.as_str()).collect();
-    FONT_ONCE.call_once(|| {
-        // The vendored DejaVu Sans is a valid font; failure would only lose the text.
-        let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, FONT);
-    });
+    register_font();
     let (w, h) = (1600u32, 760u32);
     let mut svg = String::new();
     {

@@ -9,9 +9,12 @@
 use std::collections::BTreeMap;
 
 pub mod figure;
+pub mod histogram;
 mod png;
 pub mod published;
 pub mod selection;
+pub mod sweep;
+pub mod text;
 
 use polars::prelude::*;
 use serde::{Deserialize, Serialize};

@@ -1,0 +1,811 @@
+//! The Slurm executor: every node a run would compute becomes one `sbatch` job that runs
+//! `upcc job` for exactly that node against the shared store, with `afterok` dependencies on
+//! the jobs of its inputs.
+//!
+//! Jobs are tracked by node key in the store (`jobs/<key>.json`), under one submission lock
+//! (`jobs/submit.lock`), so a node already queued or running is never submitted twice — by a
+//! second driver, a rerun or another user. A job publishes through the engine like a local run
+//! (lease, atomic publish), so a job killed by Slurm leaves no partial result; its lease is a
+//! `flock` that the kernel (or the cluster filesystem's lock manager, after its lease period)
+//! releases only when the process is gone.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write as _;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use upcc_engine::{Dag, Digest, NodeStatus, PlanEntry, Store};
+
+use crate::error::{CliError, Result};
+
+/// Resources of one job.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobResources {
+    #[serde(default)]
+    pub cpus: Option<usize>,
+    #[serde(default)]
+    pub mem_mb: Option<u64>,
+    /// Slurm time limit (`HH:MM:SS`, `D-HH:MM:SS`, minutes).
+    #[serde(default)]
+    pub time: Option<String>,
+    /// GPUs (`--gres=gpu:N`).
+    #[serde(default)]
+    pub gpus: Option<usize>,
+    #[serde(default)]
+    pub partition: Option<String>,
+}
+
+/// The `executor:` section of a spec (or of `~/.config/upcc/config.yaml`).
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecutorSection {
+    /// `local` (default) or `slurm`: what `upcc run` uses without `--executor`.
+    #[serde(default)]
+    pub kind: Option<String>,
+    #[serde(default)]
+    pub slurm: SlurmSettings,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmSettings {
+    #[serde(default)]
+    pub partition: Option<String>,
+    #[serde(default)]
+    pub account: Option<String>,
+    /// More `sbatch` arguments for every job (`["--qos=normal"]`).
+    #[serde(default)]
+    pub sbatch: Vec<String>,
+    /// Seconds between polls of the queue while attached (default 5).
+    #[serde(default)]
+    pub poll_seconds: Option<f64>,
+    /// Stage name (`train`, `pretrain`, `expert`, …) or `training` (every stage that trains
+    /// networks) or `default` → resources; the most specific entry wins, field by field.
+    #[serde(default)]
+    pub resources: BTreeMap<String, JobResources>,
+}
+
+impl SlurmSettings {
+    /// Problems, as (field, message).
+    pub fn check(&self) -> Vec<(String, String)> {
+        let mut p = Vec::new();
+        if self
+            .poll_seconds
+            .is_some_and(|s| !(s.is_finite() && s > 0.0))
+        {
+            p.push((
+                "poll_seconds".into(),
+                "must be a positive number of seconds".into(),
+            ));
+        }
+        for (k, r) in &self.resources {
+            if r.cpus == Some(0) {
+                p.push((format!("resources.{k}.cpus"), "must be at least 1".into()));
+            }
+            if r.mem_mb == Some(0) {
+                p.push((format!("resources.{k}.mem_mb"), "must be at least 1".into()));
+            }
+            if r.time.as_deref().is_some_and(|t| {
+                t.is_empty()
+                    || !t
+                        .chars()
+                        .all(|c| c.is_ascii_digit() || c == ':' || c == '-')
+            }) {
+                p.push((
+                    format!("resources.{k}.time"),
+                    "is not a Slurm time limit (`HH:MM:SS`, `D-HH:MM:SS` or minutes)".into(),
+                ));
+            }
+        }
+        p
+    }
+
+    /// The resources of a node: its stage's entry, then `training` for training stages, then
+    /// `default`, then upcc's defaults (training: 4 CPUs, 24 h, a GPU when training on CUDA;
+    /// the rest: 1 CPU, 2 h; memory: the node's estimate + 1 GiB).
+    pub fn resources_for(
+        &self,
+        stage: &str,
+        trains: bool,
+        memory_mb: u64,
+        gpu: bool,
+    ) -> JobResources {
+        let mut r = JobResources {
+            cpus: None,
+            mem_mb: None,
+            time: None,
+            gpus: None,
+            partition: None,
+        };
+        let chain = [Some(stage), trains.then_some("training"), Some("default")];
+        for name in chain.into_iter().flatten() {
+            if let Some(e) = self.resources.get(name) {
+                r.cpus = r.cpus.or(e.cpus);
+                r.mem_mb = r.mem_mb.or(e.mem_mb);
+                r.time = r.time.clone().or_else(|| e.time.clone());
+                r.gpus = r.gpus.or(e.gpus);
+                r.partition = r.partition.clone().or_else(|| e.partition.clone());
+            }
+        }
+        JobResources {
+            cpus: Some(r.cpus.unwrap_or(if trains { 4 } else { 1 })),
+            mem_mb: Some(r.mem_mb.unwrap_or(memory_mb + 1024)),
+            time: Some(
+                r.time
+                    .unwrap_or_else(|| if trains { "24:00:00" } else { "02:00:00" }.into()),
+            ),
+            gpus: Some(r.gpus.unwrap_or(usize::from(trains && gpu))),
+            partition: r.partition.or_else(|| self.partition.clone()),
+        }
+    }
+}
+
+/// The user config file: `$UPCC_CONFIG`, else `$XDG_CONFIG_HOME/upcc/config.yaml`, else
+/// `~/.config/upcc/config.yaml`. Its `executor:` section applies where a spec has none.
+pub fn user_config_path() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("UPCC_CONFIG") {
+        return Some(PathBuf::from(p));
+    }
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+    Some(base.join("upcc/config.yaml"))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UserConfig {
+    #[serde(default)]
+    executor: Option<ExecutorSection>,
+}
+
+/// The executor section that applies: the spec's, else the user config file's, else defaults.
+pub fn executor_section(spec: Option<&ExecutorSection>) -> Result<ExecutorSection> {
+    if let Some(s) = spec {
+        return Ok(s.clone());
+    }
+    let Some(path) = user_config_path().filter(|p| p.exists()) else {
+        return Ok(ExecutorSection::default());
+    };
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| CliError::user(format!("cannot read `{}`: {e}", path.display())))?;
+    let cfg: UserConfig = serde_yaml_ng::from_str(&text).map_err(|e| {
+        CliError::user(format!("`{}`: {e}", path.display()))
+            .hint("the user config holds `executor: {kind: slurm, slurm: {...}}` (README, On a Slurm cluster)")
+    })?;
+    let section = cfg.executor.unwrap_or_default();
+    if let Some((field, msg)) = section.slurm.check().into_iter().next() {
+        return Err(CliError::user(format!(
+            "`{}`: executor.slurm.{field} {msg}",
+            path.display()
+        )));
+    }
+    Ok(section)
+}
+
+/// Each node's recipe: a hash of its id, stage, version, parameters and numerics class and of
+/// its inputs' recipes (sources by path). Unlike a node key it is known before the inputs are
+/// computed, so jobs are tracked by it: the same recipe is the same request, whoever submits.
+pub fn recipes(dag: &Dag) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(dag.len());
+    for n in dag.nodes() {
+        let inputs: Vec<serde_json::Value> = n
+            .inputs
+            .iter()
+            .map(|(name, input)| match input {
+                upcc_engine::InputDef::Node { node, output } => {
+                    serde_json::json!([name, out[node.0], output])
+                }
+                upcc_engine::InputDef::Source(src) => {
+                    // The same file named from another working directory is the same input.
+                    let shown = match &src.location {
+                        upcc_engine::SourceLocation::File(p) => std::fs::canonicalize(p)
+                            .unwrap_or_else(|_| p.clone())
+                            .display()
+                            .to_string(),
+                        upcc_engine::SourceLocation::Embedded { .. } => src.display(),
+                    };
+                    serde_json::json!([name, shown])
+                }
+            })
+            .collect();
+        let material = serde_json::json!({
+            "id": n.id, "stage": n.stage, "version": n.stage_version, "params": n.params,
+            "numerics": n.numerics, "inputs": inputs,
+        });
+        let bytes = serde_json::to_vec(&material).expect("JSON serialises");
+        out.push(Digest::<upcc_engine::Artifact>::of_bytes(&bytes).to_hex());
+    }
+    out
+}
+
+/// What the store remembers of a submitted job.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub job_id: String,
+    pub node: String,
+    pub recipe: String,
+    pub spec: String,
+    pub submitted: String,
+    pub user: Option<String>,
+    pub host: String,
+    /// The job's stdout and stderr (Slurm's `--output`).
+    pub log: String,
+}
+
+pub fn jobs_dir(store: &Store) -> PathBuf {
+    store.root().join("jobs")
+}
+
+fn record_path(store: &Store, recipe: &str) -> PathBuf {
+    jobs_dir(store).join(format!("{recipe}.json"))
+}
+
+pub fn read_record(store: &Store, recipe: &str) -> Option<JobRecord> {
+    let bytes = std::fs::read(record_path(store, recipe)).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+fn write_record(store: &Store, recipe: &str, r: &JobRecord) -> Result<()> {
+    let path = record_path(store, recipe);
+    let tmp = path.with_extension(format!("json.tmp{}", std::process::id()));
+    let io = |e: std::io::Error| CliError::env(format!("cannot write `{}`: {e}", path.display()));
+    std::fs::write(
+        &tmp,
+        serde_json::to_vec_pretty(r).expect("record serialises"),
+    )
+    .map_err(io)?;
+    std::fs::rename(&tmp, &path).map_err(io)
+}
+
+pub fn remove_record(store: &Store, recipe: &str) {
+    let _ = std::fs::remove_file(record_path(store, recipe));
+}
+
+/// The submission lock: one driver at a time decides what to submit.
+struct SubmitLock(#[allow(dead_code)] std::fs::File);
+
+fn submit_lock(store: &Store) -> Result<SubmitLock> {
+    let dir = jobs_dir(store);
+    std::fs::create_dir_all(dir.join("logs"))
+        .map_err(|e| CliError::env(format!("cannot create `{}`: {e}", dir.display())))?;
+    let path = dir.join("submit.lock");
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| CliError::env(format!("cannot open `{}`: {e}", path.display())))?;
+    // SAFETY: the fd is valid; flock has no memory-safety preconditions.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(CliError::env(format!(
+            "cannot lock `{}`: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(SubmitLock(f))
+}
+
+/// Pending reasons that mean a job can never start on its partition.
+const UNSCHEDULABLE: [&str; 6] = [
+    "PartitionConfig",
+    "BadConstraints",
+    "PartitionNodeLimit",
+    "PartitionTimeLimit",
+    "InvalidAccount",
+    "InvalidQOS",
+];
+
+/// A job's state as Slurm reports it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum JobState {
+    /// Waiting (the reason: `Dependency`, `Resources`, `Priority`, …).
+    Queued(String),
+    Running,
+    /// Ended: `COMPLETED`, `FAILED`, `TIMEOUT`, `CANCELLED`, `OUT_OF_MEMORY`, `NODE_FAIL`, …
+    Ended(String),
+    /// Neither the queue nor accounting knows it any more.
+    Unknown,
+}
+
+impl JobState {
+    pub fn alive(&self) -> bool {
+        matches!(self, JobState::Queued(_) | JobState::Running)
+    }
+
+    pub fn describe(&self, id: &str) -> String {
+        match self {
+            JobState::Queued(r) if r.is_empty() || r == "None" => {
+                format!("queued (slurm job {id})")
+            }
+            JobState::Queued(r) => format!("queued (slurm job {id}: {r})"),
+            JobState::Running => format!("running (slurm job {id})"),
+            JobState::Ended(s) => format!("slurm job {id} ended {s} without a result"),
+            JobState::Unknown => format!("slurm job {id} is gone without a result"),
+        }
+    }
+}
+
+fn parse_state(state: &str, reason: &str) -> JobState {
+    let s = state
+        .split_whitespace()
+        .next()
+        .unwrap_or("")
+        .trim_end_matches('+');
+    match s {
+        "PENDING" | "REQUEUED" | "REQUEUE_HOLD" | "REQUEUE_FED" | "SUSPENDED" | "RESV_DEL_HOLD"
+        | "CONFIGURING" => JobState::Queued(reason.to_string()),
+        "RUNNING" | "COMPLETING" | "STAGE_OUT" | "SIGNALING" | "RESIZING" | "STOPPED" => {
+            JobState::Running
+        }
+        "" => JobState::Unknown,
+        other => JobState::Ended(other.to_string()),
+    }
+}
+
+fn command_output(cmd: &mut Command, what: &str) -> Result<std::process::Output> {
+    cmd.output().map_err(|e| {
+        CliError::env(format!("cannot run `{what}`: {e}"))
+            .hint("the Slurm executor needs Slurm's client commands (sbatch, squeue, scancel) on the PATH")
+    })
+}
+
+/// The state of each job: `squeue` (which keeps finished jobs for the cluster's MinJobAge),
+/// then `sacct` for the rest when accounting is available.
+pub fn job_states(ids: &[String]) -> Result<HashMap<String, JobState>> {
+    let mut out = HashMap::new();
+    for chunk in ids.chunks(200) {
+        let list = chunk.join(",");
+        let o = command_output(
+            Command::new("squeue").args(["-h", "-t", "all", "-o", "%i|%T|%r", "-j", &list]),
+            "squeue",
+        )?;
+        let text = if o.status.success() {
+            String::from_utf8_lossy(&o.stdout).to_string()
+        } else {
+            // Some ids unknown to the controller make the whole query fail: list everything.
+            let all = command_output(
+                Command::new("squeue").args(["-h", "-t", "all", "-o", "%i|%T|%r"]),
+                "squeue",
+            )?;
+            if !all.status.success() {
+                return Err(CliError::env(format!(
+                    "squeue failed: {}",
+                    String::from_utf8_lossy(&all.stderr).trim()
+                )));
+            }
+            String::from_utf8_lossy(&all.stdout).to_string()
+        };
+        for line in text.lines() {
+            let f: Vec<&str> = line.split('|').collect();
+            if f.len() >= 3 && chunk.iter().any(|i| i == f[0]) {
+                out.insert(f[0].to_string(), parse_state(f[1], f[2]));
+            }
+        }
+    }
+    let rest: Vec<&String> = ids.iter().filter(|i| !out.contains_key(*i)).collect();
+    if !rest.is_empty() {
+        let list = rest
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join(",");
+        let acct = Command::new("sacct")
+            .args(["-n", "-P", "-X", "-o", "JobID,State", "-j", &list])
+            .output();
+        if let Some(o) = acct.ok().filter(|o| o.status.success()) {
+            for line in String::from_utf8_lossy(&o.stdout).lines() {
+                if let Some((id, state)) = line.split_once('|') {
+                    if rest.iter().any(|i| *i == id) {
+                        out.insert(id.to_string(), parse_state(state, ""));
+                    }
+                }
+            }
+        }
+    }
+    for id in ids {
+        out.entry(id.clone()).or_insert(JobState::Unknown);
+    }
+    Ok(out)
+}
+
+/// Single-quote a word for `sh`.
+fn sh_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// How the driver was asked to run, for the jobs' command lines.
+pub struct Invocation {
+    pub spec: String,
+    pub sets: Vec<String>,
+    pub store: PathBuf,
+    pub device: Option<String>,
+    pub gpus: Option<String>,
+}
+
+impl Invocation {
+    /// The spec as a job sees it: an absolute path when it is a file.
+    pub fn new(
+        spec: &str,
+        sets: &[String],
+        store: &Path,
+        device: Option<String>,
+        gpus: Option<String>,
+    ) -> Invocation {
+        let spec = match std::fs::canonicalize(spec) {
+            Ok(p) if p.is_file() => p.display().to_string(),
+            _ => spec.to_string(),
+        };
+        let store = std::fs::canonicalize(store).unwrap_or_else(|_| store.to_path_buf());
+        Invocation {
+            spec,
+            sets: sets.to_vec(),
+            store,
+            device,
+            gpus,
+        }
+    }
+
+    fn job_command(&self, node: &str, recipe: &str, threads: usize) -> Result<String> {
+        let exe = std::env::current_exe()
+            .map_err(|e| CliError::env(format!("cannot find upcc's own executable: {e}")))?;
+        let mut words = vec![
+            format!("UPCC_THREADS={threads}"),
+            "exec".to_string(),
+            sh_quote(&exe.display().to_string()),
+            "--store".into(),
+            sh_quote(&self.store.display().to_string()),
+        ];
+        if let Some(d) = &self.device {
+            words.extend(["--device".into(), sh_quote(d)]);
+        }
+        if let Some(g) = &self.gpus {
+            words.extend(["--gpus".into(), sh_quote(g)]);
+        }
+        words.extend([
+            "job".into(),
+            sh_quote(&self.spec),
+            sh_quote(node),
+            "--recipe".into(),
+            recipe.to_string(),
+        ]);
+        for s in &self.sets {
+            words.extend(["--set".into(), sh_quote(s)]);
+        }
+        Ok(words.join(" "))
+    }
+}
+
+/// What a submission pass did.
+pub struct Submitted {
+    /// Node index → its job id (new or already queued/running).
+    pub jobs: BTreeMap<usize, String>,
+    pub new: usize,
+    pub attached: usize,
+}
+
+/// Submit a job for every node of `todo` (indices into `dag`, in topological order) that has
+/// no live job yet; reuse live ones.
+pub fn submit(
+    dag: &Dag,
+    entries: &[PlanEntry],
+    todo: &[usize],
+    store: &Store,
+    settings: &SlurmSettings,
+    inv: &Invocation,
+    gpu: bool,
+) -> Result<Submitted> {
+    let _lock = submit_lock(store)?;
+    let recipe = recipes(dag);
+    let mut records: BTreeMap<usize, JobRecord> = BTreeMap::new();
+    for &i in todo {
+        if let Some(r) = read_record(store, &recipe[i]) {
+            records.insert(i, r);
+        }
+    }
+    let ids: Vec<String> = records.values().map(|r| r.job_id.clone()).collect();
+    let states = if ids.is_empty() {
+        HashMap::new()
+    } else {
+        job_states(&ids)?
+    };
+    let mut jobs = BTreeMap::new();
+    let (mut new, mut attached) = (0, 0);
+    let host = upcc_engine::fsutil::host_name();
+    for &i in todo {
+        if let Some(r) = records.get(&i) {
+            if states.get(&r.job_id).is_some_and(JobState::alive) {
+                jobs.insert(i, r.job_id.clone());
+                attached += 1;
+                continue;
+            }
+        }
+        if let Some(k) = entries[i].key {
+            if store.fresh_manifest(&k)?.is_some() {
+                continue; // finished since the plan
+            }
+        }
+        let node = dag.node(i);
+        let deps: Vec<&String> = dag.upstream(i).iter().filter_map(|u| jobs.get(u)).collect();
+        let trains = node.numerics != "exact";
+        let res = settings.resources_for(&node.stage, trains, node.resources.memory_mb, gpu);
+        let log = jobs_dir(store)
+            .join("logs")
+            .join(format!("{}.%j.out", recipe[i]));
+        let mut cmd = Command::new("sbatch");
+        cmd.arg("--parsable")
+            .arg(format!("--job-name=upcc:{}", node.id))
+            .arg(format!("--output={}", log.display()))
+            .arg("--kill-on-invalid-dep=yes")
+            .arg(format!("--cpus-per-task={}", res.cpus.unwrap_or(1)))
+            .arg(format!("--mem={}M", res.mem_mb.unwrap_or(1024)))
+            .arg(format!(
+                "--time={}",
+                res.time.as_deref().unwrap_or("02:00:00")
+            ));
+        if let Some(p) = &res.partition {
+            cmd.arg(format!("--partition={p}"));
+        }
+        if let Some(a) = &settings.account {
+            cmd.arg(format!("--account={a}"));
+        }
+        if let Some(g) = res.gpus.filter(|g| *g > 0) {
+            cmd.arg(format!("--gres=gpu:{g}"));
+        }
+        if !deps.is_empty() {
+            let d: Vec<&str> = deps.iter().map(|s| s.as_str()).collect();
+            cmd.arg(format!("--dependency=afterok:{}", d.join(":")));
+        }
+        cmd.args(&settings.sbatch);
+        cmd.arg(format!(
+            "--wrap={}",
+            inv.job_command(&node.id, &recipe[i], res.cpus.unwrap_or(1))?
+        ));
+        let o = command_output(&mut cmd, "sbatch")?;
+        if !o.status.success() {
+            return Err(CliError::env(format!(
+                "sbatch refused the job of node `{}`: {}",
+                node.id,
+                String::from_utf8_lossy(&o.stderr).trim()
+            ))
+            .hint("check the partition, account and resources in the `executor.slurm` section (README, On a Slurm cluster)"));
+        }
+        let out = String::from_utf8_lossy(&o.stdout);
+        let id = out.trim().split(';').next().unwrap_or("").to_string();
+        if id.is_empty() || !id.chars().all(|c| c.is_ascii_digit() || c == '_') {
+            return Err(CliError::env(format!(
+                "sbatch printed no job id: `{}`",
+                out.trim()
+            )));
+        }
+        write_record(
+            store,
+            &recipe[i],
+            &JobRecord {
+                job_id: id.clone(),
+                node: node.id.clone(),
+                recipe: recipe[i].clone(),
+                spec: inv.spec.clone(),
+                submitted: upcc_engine::fsutil::rfc3339(std::time::SystemTime::now()),
+                user: std::env::var("USER").ok(),
+                host: host.clone(),
+                log: log.display().to_string().replace("%j", &id),
+            },
+        )?;
+        jobs.insert(i, id);
+        new += 1;
+    }
+    Ok(Submitted {
+        jobs,
+        new,
+        attached,
+    })
+}
+
+/// How the nodes of a submission ended.
+pub struct Outcome {
+    pub done: Vec<usize>,
+    /// Node → what happened to its job.
+    pub failed: Vec<(usize, String)>,
+}
+
+/// Wait for the jobs: poll the store (a node is done when its result is published) and the
+/// queue (a job that ended without publishing failed), print progress on stderr.
+pub fn attach(
+    dag: &Dag,
+    spec: &str,
+    jobs: &BTreeMap<usize, String>,
+    store: &Store,
+    poll: Duration,
+    quiet: bool,
+) -> Result<Outcome> {
+    let t0 = Instant::now();
+    let mut last = String::new();
+    loop {
+        // Keys of nodes downstream of computed ones become known as results are published.
+        let entries = upcc_engine::plan(dag, store, spec)?;
+        let mut done = Vec::new();
+        let mut pending = Vec::new();
+        for (&i, id) in jobs {
+            if entries[i].status == NodeStatus::Fresh {
+                done.push(i);
+            } else {
+                pending.push((i, id.clone()));
+            }
+        }
+        let ids: Vec<String> = pending.iter().map(|(_, id)| id.clone()).collect();
+        let states = if ids.is_empty() {
+            HashMap::new()
+        } else {
+            job_states(&ids)?
+        };
+        let (mut queued, mut running, mut failed) = (0, 0, Vec::new());
+        for (i, id) in &pending {
+            match &states[id] {
+                JobState::Queued(r) if UNSCHEDULABLE.contains(&r.as_str()) => {
+                    // It would wait forever: cancel it (its dependents follow) and say why.
+                    let _ = Command::new("scancel").arg(id).output();
+                    failed.push((
+                        *i,
+                        format!(
+                            "slurm job {id} can never start here ({r}): the job asks for more than the partition has; lower `executor.slurm.resources` (README, On a Slurm cluster)"
+                        ),
+                    ));
+                }
+                JobState::Queued(_) => queued += 1,
+                JobState::Running => running += 1,
+                s => {
+                    // The result may have been published just after the store was read.
+                    let published =
+                        match upcc_engine::plan(&dag.restrict(&[*i]), store, spec)?.last() {
+                            Some(e) => e.status == NodeStatus::Fresh,
+                            None => false,
+                        };
+                    if published {
+                        done.push(*i);
+                    } else {
+                        failed.push((*i, s.describe(id)));
+                    }
+                }
+            }
+        }
+        let line = format!(
+            "slurm: {} of {} nodes done, {running} running, {queued} queued, {} failed",
+            done.len(),
+            jobs.len(),
+            failed.len()
+        );
+        if !quiet && line != last {
+            eprintln!("upcc: {line} ({:.0} s)", t0.elapsed().as_secs_f64());
+            last = line;
+        }
+        if queued + running == 0 {
+            for (i, _) in &failed {
+                eprintln!("upcc: node `{}` failed", dag.node(*i).id);
+            }
+            return Ok(Outcome { done, failed });
+        }
+        std::thread::sleep(poll);
+    }
+}
+
+/// Cancel the live jobs of these nodes; returns how many were cancelled.
+pub fn cancel(dag: &Dag, entries: &[PlanEntry], store: &Store) -> Result<(usize, usize)> {
+    let _lock = submit_lock(store)?;
+    let recipe = recipes(dag);
+    let mut records = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        if e.status != NodeStatus::Fresh {
+            if let Some(r) = read_record(store, &recipe[i]) {
+                records.push((recipe[i].clone(), r));
+            }
+        }
+    }
+    let ids: Vec<String> = records.iter().map(|(_, r)| r.job_id.clone()).collect();
+    let states = if ids.is_empty() {
+        HashMap::new()
+    } else {
+        job_states(&ids)?
+    };
+    let live: Vec<&str> = records
+        .iter()
+        .filter(|(_, r)| states.get(&r.job_id).is_some_and(JobState::alive))
+        .map(|(_, r)| r.job_id.as_str())
+        .collect();
+    if !live.is_empty() {
+        let o = command_output(Command::new("scancel").args(&live), "scancel")?;
+        if !o.status.success() {
+            return Err(CliError::env(format!(
+                "scancel failed: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            )));
+        }
+    }
+    for (k, _) in &records {
+        remove_record(store, k);
+    }
+    Ok((live.len(), records.len()))
+}
+
+/// The last lines of a job's Slurm log, for `explain`.
+pub fn log_tail(record: &JobRecord, lines: usize) -> Option<String> {
+    let text = std::fs::read_to_string(&record.log).ok()?;
+    let all: Vec<&str> = text.lines().collect();
+    Some(all[all.len().saturating_sub(lines)..].join("\n"))
+}
+
+/// Print a line without failing on a closed pipe.
+pub fn say(msg: &str) {
+    let _ = writeln!(std::io::stderr(), "{msg}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_and_resources_read_as_slurm_writes_them() {
+        assert_eq!(
+            parse_state("PENDING", "Dependency"),
+            JobState::Queued("Dependency".into())
+        );
+        assert_eq!(parse_state("RUNNING", "None"), JobState::Running);
+        assert_eq!(
+            parse_state("CANCELLED by 0", ""),
+            JobState::Ended("CANCELLED".into())
+        );
+        assert_eq!(
+            parse_state("TIMEOUT", ""),
+            JobState::Ended("TIMEOUT".into())
+        );
+        assert!(!parse_state("COMPLETED", "").alive());
+        let s: SlurmSettings = serde_yaml_ng::from_str(
+            "partition: cpu\nresources:\n  training: {gpus: 1, time: '12:00:00', partition: gpu}\n  train: {cpus: 8}\n  default: {mem_mb: 2000}\n",
+        )
+        .unwrap();
+        let r = s.resources_for("train", true, 500, true);
+        assert_eq!(
+            (
+                r.cpus,
+                r.mem_mb,
+                r.time.as_deref(),
+                r.gpus,
+                r.partition.as_deref()
+            ),
+            (Some(8), Some(2000), Some("12:00:00"), Some(1), Some("gpu"))
+        );
+        let r = s.resources_for("metrics", false, 256, true);
+        assert_eq!(
+            (
+                r.cpus,
+                r.mem_mb,
+                r.time.as_deref(),
+                r.gpus,
+                r.partition.as_deref()
+            ),
+            (Some(1), Some(2000), Some("02:00:00"), Some(0), Some("cpu"))
+        );
+        // Without a GPU device, training jobs ask for none by default.
+        let r = SlurmSettings::default().resources_for("pretrain", true, 3000, false);
+        assert_eq!((r.cpus, r.mem_mb, r.gpus), (Some(4), Some(4024), Some(0)));
+        let bad: SlurmSettings =
+            serde_yaml_ng::from_str("poll_seconds: 0\nresources: {train: {cpus: 0, time: soon}}")
+                .unwrap();
+        assert_eq!(bad.check().len(), 3);
+        assert_eq!(sh_quote("a b'c"), "'a b'\\''c'");
+        assert_eq!(sh_quote("/x/y.yaml"), "/x/y.yaml");
+    }
+}
