@@ -4,6 +4,10 @@ repository root:
 
     python3 experiments/published/transcribe.py ../shared/paper/eci-pp.tex table1 > experiments/published/table1.csv
     python3 experiments/published/transcribe.py ../shared/paper/eci-pp.tex table10 > experiments/published/table10.csv
+    python3 experiments/published/transcribe.py ../shared/paper/eci-pp.tex other > experiments/published/other-tables.csv
+
+`other` writes the paper's tables that are not clustering scores (Tables 2-6 and 11) as
+`table,row,column,value`, the value as printed (LaTeX markup removed: $10^{-3}$ -> 1e-3).
 
 Tables 7, 8 and 9 (table:exp1_1_pretrain, table:exp1_2_no_ensemble, table:exp1_1_nopretrain)
 have captions but no tabular body in the source, so there is nothing to transcribe for them.
@@ -60,6 +64,44 @@ def table10(tex):
                     print(f"table10,{dataset},multi3,{method},true,0.3,{budget},{metric},{split},{value}")
 
 
+OTHER = [
+    ("table2", "tab:multi_expert_blind_counts"),
+    ("table3", "tab:single_expert_acc"),
+    ("table4", "tab:multi_expert_avg_acc"),
+    ("table5", "tab:volmax_lambda_selection"),
+    ("table6", "tab:expert_aware_alpha_selection"),
+    ("table11", "tab:runtime_summary"),
+]
+
+
+def plain(cell):
+    cell = cell.strip()
+    cell = re.sub(r"\\(underline|textbf|texttt)\{([^{}]*)\}", r"\2", cell)
+    cell = re.sub(r"\{\\tt\s+([^{}]*)\}", r"\1", cell)
+    m = re.fullmatch(r"\$10\^\{(-?\d+)\}\$", cell)
+    if m:
+        return "1e" + m.group(1)
+    cell = cell.replace("$^\\ast$", "*").replace("$", "")
+    return cell.strip()
+
+
+def other(tex):
+    print("table,row,column,value")
+    for name, label in OTHER:
+        start = tex.index("\\label{" + label + "}")
+        body = tex[start:tex.index(r"\end{tabular}", start)]
+        body = body[body.index(r"\begin{tabular}"):]
+        rows = [l.strip() for l in body.split("\\\\")]
+        rows = [re.sub(r"\\(toprule|midrule|bottomrule)", "", r).strip() for r in rows]
+        rows = [r for r in rows if "&" in r]
+        header = [plain(c) for c in rows[0].split("&")]
+        for r in rows[1:]:
+            cells = [plain(c) for c in r.split("&")]
+            assert len(cells) == len(header), (label, r)
+            for col, value in zip(header[1:], cells[1:]):
+                print(f"{name},\"{cells[0]}\",\"{col}\",\"{value}\"")
+
+
 def table1(tex):
     start = tex.index(r"\label{table:exp1_9k_main}")
     body = tex[start:tex.index(r"\end{tabular}", start)]
@@ -89,4 +131,4 @@ def table1(tex):
 
 if __name__ == "__main__":
     tex = open(sys.argv[1], encoding="utf-8").read()
-    {"table1": table1, "table10": table10}[sys.argv[2] if len(sys.argv) > 2 else "table1"](tex)
+    {"table1": table1, "table10": table10, "other": other}[sys.argv[2] if len(sys.argv) > 2 else "table1"](tex)

@@ -491,6 +491,8 @@ pub fn status(args: &SpecArgs, env: &Env) -> Result<i32> {
                     pid: 0,
                     run_id: String::new(),
                     since: "?".into(),
+                    heartbeat: None,
+                    heartbeat_every_s: None,
                 })
             }),
         })
@@ -548,7 +550,9 @@ pub fn status(args: &SpecArgs, env: &Env) -> Result<i32> {
             .map(|((e, r), j)| {
                 let mut n = json!({"id": e.id, "stage": e.stage, "status": e.status, "key": e.key.map(|k| k.to_hex()), "reasons": e.reasons});
                 if let Some(h) = r {
-                    n["running"] = json!({"pid": h.pid, "host": h.host, "since": h.since, "run_id": h.run_id});
+                    n["running"] = json!({"pid": h.pid, "host": h.host, "since": h.since, "run_id": h.run_id,
+                        "heartbeat_age_s": h.heartbeat_age().map(|a| a.as_secs()),
+                        "stalled": h.expired(&upcc_engine::LeaseTiming::from_env())});
                 }
                 if let Some((id, st)) = j {
                     let (state, detail) = match st {
@@ -586,9 +590,26 @@ pub fn status(args: &SpecArgs, env: &Env) -> Result<i32> {
                 e.reasons.join("; ")
             };
             let (word, why) = match (r, j) {
+                (Some(h), _) if h.expired(&upcc_engine::LeaseTiming::from_env()) => (
+                    "stalled",
+                    format!(
+                        "pid {} on {} holds its lease but has not beaten for {} s; the next run takes it over",
+                        h.pid,
+                        h.host,
+                        h.heartbeat_age().map(|a| a.as_secs()).unwrap_or(0)
+                    ),
+                ),
                 (Some(h), _) => (
                     "running",
-                    format!("pid {} on {} since {}", h.pid, h.host, h.since),
+                    format!(
+                        "pid {} on {} since {}{}",
+                        h.pid,
+                        h.host,
+                        h.since,
+                        h.heartbeat_age()
+                            .map(|a| format!(", heartbeat {} s ago", a.as_secs()))
+                            .unwrap_or_default()
+                    ),
                 ),
                 (None, Some((id, st))) => match st {
                     crate::slurm::JobState::Queued(_) => ("queued", st.describe(id)),
@@ -932,8 +953,25 @@ pub fn gc(args: &GcArgs, env: &Env) -> Result<i32> {
     // Results of every device class in the store are kept, not only this machine's: a `gc` on
     // a login node without a GPU must not delete what the GPU nodes computed.
     let classes = numerics_classes(&store)?;
-    for s in &args.specs {
-        let spec = spec::load(s, &[])?;
+    // Slurm jobs that may still run read what their specs reach: keep that too.
+    let mut specs: Vec<(String, Vec<String>)> =
+        args.specs.iter().map(|s| (s.clone(), vec![])).collect();
+    for r in crate::slurm::live_records(&store)? {
+        if !specs
+            .iter()
+            .any(|(s, sets)| *s == r.spec && *sets == r.sets)
+        {
+            eprintln!(
+                "upcc: keeping what spec `{}` reaches: its slurm job {} (node `{}`) is queued or running",
+                r.spec, r.job_id, r.node
+            );
+            specs.push((r.spec.clone(), r.sets.clone()));
+        }
+    }
+    for (s, sets) in &specs {
+        let spec = spec::load(s, sets).map_err(|e| {
+            e.hint("gc keeps what the specs of queued or running slurm jobs reach; wait for them or `upcc cancel` them first")
+        })?;
         for class in &classes {
             let built = crate::graph::build_for_numerics(&spec, class)?;
             for e in plan(&built.dag, &store, &spec.file.name)? {

@@ -230,6 +230,9 @@ pub struct JobRecord {
     pub node: String,
     pub recipe: String,
     pub spec: String,
+    /// The driver's `--set` overrides (the job runs the spec with them).
+    #[serde(default)]
+    pub sets: Vec<String>,
     pub submitted: String,
     pub user: Option<String>,
     pub host: String,
@@ -293,7 +296,8 @@ fn submit_lock(store: &Store) -> Result<SubmitLock> {
 }
 
 /// Pending reasons that mean a job can never start on its partition.
-const UNSCHEDULABLE: [&str; 6] = [
+const UNSCHEDULABLE: [&str; 7] = [
+    "DependencyNeverSatisfied",
     "PartitionConfig",
     "BadConstraints",
     "PartitionNodeLimit",
@@ -599,6 +603,7 @@ pub fn submit(
                 node: node.id.clone(),
                 recipe: recipe[i].clone(),
                 spec: inv.spec.clone(),
+                sets: inv.sets.clone(),
                 submitted: upcc_engine::fsutil::rfc3339(std::time::SystemTime::now()),
                 user: std::env::var("USER").ok(),
                 host: host.clone(),
@@ -658,12 +663,16 @@ pub fn attach(
                 JobState::Queued(r) if UNSCHEDULABLE.contains(&r.as_str()) => {
                     // It would wait forever: cancel it (its dependents follow) and say why.
                     let _ = Command::new("scancel").arg(id).output();
-                    failed.push((
-                        *i,
+                    let why = if r == "DependencyNeverSatisfied" {
+                        format!(
+                            "slurm job {id} can never start: the job of one of its inputs failed"
+                        )
+                    } else {
                         format!(
                             "slurm job {id} can never start here ({r}): the job asks for more than the partition has; lower `executor.slurm.resources` (README, On a Slurm cluster)"
-                        ),
-                    ));
+                        )
+                    };
+                    failed.push((*i, why));
                 }
                 JobState::Queued(_) => queued += 1,
                 JobState::Running => running += 1,
@@ -738,6 +747,31 @@ pub fn cancel(dag: &Dag, entries: &[PlanEntry], store: &Store) -> Result<(usize,
         remove_record(store, k);
     }
     Ok((live.len(), records.len()))
+}
+
+/// The store's job records whose jobs may still run (queued or running; every record when
+/// the queue cannot be asked): what `gc` must not take inputs from.
+pub fn live_records(store: &Store) -> Result<Vec<JobRecord>> {
+    let Ok(dir) = std::fs::read_dir(jobs_dir(store)) else {
+        return Ok(vec![]);
+    };
+    let records: Vec<JobRecord> = dir
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .filter_map(|e| std::fs::read(e.path()).ok())
+        .filter_map(|b| serde_json::from_slice(&b).ok())
+        .collect();
+    if records.is_empty() {
+        return Ok(records);
+    }
+    let ids: Vec<String> = records.iter().map(|r| r.job_id.clone()).collect();
+    Ok(match job_states(&ids) {
+        Ok(states) => records
+            .into_iter()
+            .filter(|r| states.get(&r.job_id).is_some_and(JobState::alive))
+            .collect(),
+        Err(_) => records,
+    })
 }
 
 /// The last lines of a job's Slurm log, for `explain`.

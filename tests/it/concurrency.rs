@@ -113,3 +113,110 @@ fn status_shows_nodes_another_process_is_computing_and_forgets_dead_ones() {
     let j = env.upcc(&a).json();
     assert_eq!(j["running"], 0, "{j}");
 }
+
+/// A holder that stops beating while its lock stays held (SIGSTOP stands in for a crashed NFS
+/// client whose lock the server keeps) is taken over once its heartbeat expires, and the run
+/// completes; `status` calls it stalled meanwhile.
+#[test]
+fn a_stalled_holder_is_taken_over_after_its_heartbeat_expires() {
+    let env = Env::new();
+    let spec = env.spec();
+    let set = ["--set", "train.epochs=20000"];
+    let mut args = vec![
+        "run",
+        spec.as_str(),
+        "method=probpair",
+        "trial=1",
+        "--progress",
+        "none",
+    ];
+    args.extend_from_slice(&set);
+    let mut a = env
+        .command(&env.store(), &args)
+        .env("UPCC_LEASE_HEARTBEAT_S", "0.5")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = |expiry: &str| -> serde_json::Value {
+        let mut s = vec![
+            "status",
+            spec.as_str(),
+            "method=probpair",
+            "trial=1",
+            "--json",
+        ];
+        s.extend_from_slice(&set);
+        let out = env
+            .command(&env.store(), &s)
+            .env("UPCC_LEASE_EXPIRY_S", expiry)
+            .output()
+            .unwrap();
+        ran(out).json()
+    };
+    let t0 = std::time::Instant::now();
+    let training = loop {
+        let s = status("2");
+        let running: Vec<String> = s["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n["stage"] == "train" && n.get("running").is_some())
+            .map(|n| n["id"].as_str().unwrap().to_string())
+            .collect();
+        if !running.is_empty() {
+            break running;
+        }
+        assert!(
+            t0.elapsed().as_secs() < 120,
+            "no training node started: {s}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(a.id() as i32, libc::SIGSTOP) };
+    std::thread::sleep(std::time::Duration::from_millis(3000));
+    let s = status("2");
+    let stalled = s["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["id"] == training[0].as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(stalled["running"]["stalled"], true, "{stalled}");
+    // With the default expiry (10 minutes) it is still the holder's.
+    assert_eq!(
+        status("600")["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["id"] == training[0].as_str())
+            .unwrap()["running"]["stalled"],
+        false
+    );
+    let mut b_args = args.clone();
+    b_args.extend(["--json"]);
+    let b = env
+        .command(&env.store(), &b_args)
+        .env("UPCC_LEASE_EXPIRY_S", "2")
+        .env("UPCC_LEASE_HEARTBEAT_S", "0.5")
+        .output()
+        .unwrap();
+    let b = ran(b);
+    a.kill().unwrap();
+    a.wait().unwrap();
+    assert_eq!(b.code, 0, "{b:?}");
+    let executed = ids_with(&b.json(), "executed");
+    for id in &training {
+        assert!(
+            executed.contains(id),
+            "`{id}` was taken over and computed: {executed:?}"
+        );
+    }
+    let s = status("2");
+    assert_eq!(s["missing"], 0, "{s}");
+    assert_eq!(s["stale"], 0, "{s}");
+    let v = env.upcc(&["verify"]);
+    assert_eq!(v.code, 0, "{v:?}");
+}

@@ -19,6 +19,7 @@ mod numerics;
 mod params;
 mod published;
 mod report;
+mod slurm;
 mod specs;
 mod targets;
 mod util;

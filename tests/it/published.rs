@@ -273,3 +273,57 @@ fn bad_published_files_are_refused_with_their_line() {
         &["cannot read `published.csv`"],
     );
 }
+
+#[test]
+fn the_papers_other_tables_are_transcribed_as_printed() {
+    const OTHER: &str = include_str!("../../experiments/published/other-tables.csv");
+    let rows: Vec<Vec<String>> = OTHER
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').map(|f| f.to_string()).collect::<Vec<_>>())
+        .map(|f| {
+            // table,"row","column","value" (the value may hold commas: `(4,3,3)`).
+            let table = f[0].clone();
+            let rest = f[1..].join(",");
+            let q: Vec<&str> = rest
+                .split('"')
+                .filter(|s| !s.is_empty() && *s != ",")
+                .collect();
+            vec![table, q[0].to_string(), q[1].to_string(), q[2].to_string()]
+        })
+        .collect();
+    let count = |t: &str| rows.iter().filter(|r| r[0] == t).count();
+    // Table 2: 3 dataset types × 3 settings; Tables 3, 4: 8 datasets × 3; Table 5: 8 × 4;
+    // Table 6: 8 × 2; Table 11: 9 methods × 8 datasets.
+    for (t, n) in [
+        ("table2", 9),
+        ("table3", 24),
+        ("table4", 24),
+        ("table5", 32),
+        ("table6", 16),
+        ("table11", 72),
+    ] {
+        assert_eq!(count(t), n, "{t}");
+    }
+    let get = |t: &str, r: &str, c: &str| -> String {
+        rows.iter()
+            .find(|x| x[0] == t && x[1] == r && x[2] == c)
+            .unwrap_or_else(|| panic!("{t} {r} {c}"))[3]
+            .clone()
+    };
+    // Read off the paper by hand.
+    assert_eq!(get("table2", "10-class datasets", "multi3"), "(4,3,3)");
+    assert_eq!(get("table2", "4-class datasets", "multi3"), "(2,1,1)");
+    assert_eq!(get("table3", "MNIST", "lv0.01"), "88.76");
+    assert_eq!(get("table4", "MNIST", "multi3"), "65.89");
+    assert_eq!(get("table5", "ImageNet10", "lv0.01"), "1e-4");
+    assert_eq!(get("table5", "ImageNet10", "lv0.1"), "0");
+    assert_eq!(get("table6", "CIFAR100-20", "SpherePair"), "0.05");
+    assert_eq!(get("table11", "ECI-PP (Ours)", "MNIST"), "34m39s");
+    assert_eq!(get("table11", "VolMaxDCC*", "RCV1-10"), "2h39m25s");
+    // No LaTeX markup left in any value.
+    assert!(
+        rows.iter().all(|r| !r[3].contains(['$', '\\', '{'])),
+        "{rows:?}"
+    );
+}

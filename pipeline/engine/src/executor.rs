@@ -342,6 +342,8 @@ pub fn run(
                     pid: std::process::id(),
                     run_id: cfg.provenance.run_id.clone(),
                     since: rfc3339(SystemTime::now()),
+                    heartbeat: None,
+                    heartbeat_every_s: None,
                 };
                 let lease = match try_acquire(&lock_path, &holder)? {
                     LeaseAttempt::Acquired(l) => l,

@@ -23,7 +23,7 @@ pub use executor::{
     run, NodeReport, Observer, Outcome, ProvenanceBase, Quiet, RunConfig, RunEvent, RunReport,
 };
 pub use key::{KeyChange, KeyMaterial, KEY_SCHEMA_VERSION};
-pub use lease::LeaseHolder;
+pub use lease::{LeaseHolder, LeaseTiming};
 pub use plan::{plan, NodeStatus, PlanEntry};
 pub use store::{Manifest, OutputRecord, Provenance, RefRecord, Store, StoreError};
 pub use task::{PendingOutput, Resources, Task, TaskContext, TaskError};
