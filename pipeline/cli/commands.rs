@@ -1031,10 +1031,6 @@ fn run_slurm(
         .hint("run the determinism check locally (`--executor local --force`) on the cell you want"));
     }
     let quiet = args.spec.json || matches!(args.progress, ProgressArg::None);
-    let entries = plan(dag, store, &loaded.spec.file.name)?;
-    let todo: Vec<usize> = (0..dag.len())
-        .filter(|&i| entries[i].status != NodeStatus::Fresh)
-        .collect();
     let device = Some(
         if loaded.compute.is_gpu() {
             "cuda"
@@ -1052,8 +1048,7 @@ fn run_slurm(
     );
     let sub = crate::slurm::submit(
         dag,
-        &entries,
-        &todo,
+        &loaded.spec.file.name,
         store,
         settings,
         &inv,

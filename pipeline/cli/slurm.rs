@@ -501,21 +501,25 @@ pub struct Submitted {
     pub attached: usize,
 }
 
-/// Submit a job for every node of `todo` (indices into `dag`, in topological order) that has
-/// no live job yet; reuse live ones.
+/// Submit a job for every node of `dag` that is not computed and has no live job yet; reuse
+/// live ones. The store is read under the submission lock, so what another driver submitted or
+/// a job finished meanwhile is seen.
 pub fn submit(
     dag: &Dag,
-    entries: &[PlanEntry],
-    todo: &[usize],
+    spec: &str,
     store: &Store,
     settings: &SlurmSettings,
     inv: &Invocation,
     gpu: bool,
 ) -> Result<Submitted> {
     let _lock = submit_lock(store)?;
+    let entries = upcc_engine::plan(dag, store, spec)?;
+    let todo: Vec<usize> = (0..dag.len())
+        .filter(|&i| entries[i].status != NodeStatus::Fresh)
+        .collect();
     let recipe = recipes(dag);
     let mut records: BTreeMap<usize, JobRecord> = BTreeMap::new();
-    for &i in todo {
+    for &i in &todo {
         if let Some(r) = read_record(store, &recipe[i]) {
             records.insert(i, r);
         }
@@ -529,17 +533,12 @@ pub fn submit(
     let mut jobs = BTreeMap::new();
     let (mut new, mut attached) = (0, 0);
     let host = upcc_engine::fsutil::host_name();
-    for &i in todo {
+    for &i in &todo {
         if let Some(r) = records.get(&i) {
             if states.get(&r.job_id).is_some_and(JobState::alive) {
                 jobs.insert(i, r.job_id.clone());
                 attached += 1;
                 continue;
-            }
-        }
-        if let Some(k) = entries[i].key {
-            if store.fresh_manifest(&k)?.is_some() {
-                continue; // finished since the plan
             }
         }
         let node = dag.node(i);

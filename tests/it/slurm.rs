@@ -450,9 +450,6 @@ fn detached_jobs_show_in_status_are_not_resubmitted_and_cancel() {
     let st = env.upcc(&args).json();
     assert_eq!(st["slurm"]["queued"], 0, "{st}");
     assert_eq!(st["slurm"]["running"], 0, "{st}");
-    // gc with jobs gone deletes nothing a later run needs; a local run finishes the spec.
-    let r = env.run_ok(&slow);
-    assert_eq!(r["failed"], 0);
 }
 
 #[test]
