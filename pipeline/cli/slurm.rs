@@ -10,7 +10,6 @@
 //! releases only when the process is gone.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::Write as _;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -545,8 +544,10 @@ pub fn submit(
         let deps: Vec<&String> = dag.upstream(i).iter().filter_map(|u| jobs.get(u)).collect();
         let trains = node.numerics != "exact";
         let res = settings.resources_for(&node.stage, trains, node.resources.memory_mb, gpu);
-        let log = jobs_dir(store)
-            .join("logs")
+        // Absolute, so that the record points at it from any working directory.
+        let log = inv
+            .store
+            .join("jobs/logs")
             .join(format!("{}.%j.out", recipe[i]));
         let mut cmd = Command::new("sbatch");
         cmd.arg("--parsable")
@@ -778,11 +779,6 @@ pub fn log_tail(record: &JobRecord, lines: usize) -> Option<String> {
     let text = std::fs::read_to_string(&record.log).ok()?;
     let all: Vec<&str> = text.lines().collect();
     Some(all[all.len().saturating_sub(lines)..].join("\n"))
-}
-
-/// Print a line without failing on a closed pipe.
-pub fn say(msg: &str) {
-    let _ = writeln!(std::io::stderr(), "{msg}");
 }
 
 #[cfg(test)]
