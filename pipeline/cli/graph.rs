@@ -102,6 +102,8 @@ fn build_with(
         let published = spec.published.get(tname);
         let mut published_values: Vec<(BTreeMap<String, String>, &crate::spec::PublishedRow)> =
             Vec::new();
+        // An experts table's published accuracies, by (dataset, supervision).
+        let mut published_cells: Vec<upcc_report::published::PublishedValue> = Vec::new();
         for ds in &g.dataset {
             let dspec = &spec.file.datasets[ds];
             let feat = stage::features::wire(&mut w, ds)?;
@@ -144,6 +146,18 @@ fn build_with(
                         }
                     }
                     continue;
+                }
+                if let Some(p) = published.filter(|_| target.kind == TargetKind::Experts) {
+                    let row = p.datasets.get(ds).unwrap_or(ds);
+                    let col = p.supervision.get(sup).unwrap_or(sup);
+                    if let Some((_, _, v)) = p.cells.iter().find(|(r, c, _)| r == row && c == col) {
+                        published_cells.push(upcc_report::published::PublishedValue {
+                            coord: vec![ds.clone(), sup.clone()],
+                            split: "test".into(),
+                            metric: upcc_report::Metric::Acc,
+                            value: *v,
+                        });
+                    }
                 }
                 if target.kind.per_setting() {
                     let seeds = if target.kind == TargetKind::BlindSpots {
@@ -298,17 +312,22 @@ fn build_with(
         }
         let published = published.map(|p| upcc_report::published::Published {
             source: p.source.clone(),
-            values: published_values
+            values: published_cells
                 .iter()
-                .filter(|(_, r)| {
-                    target.splits.contains(&r.split) && target.metrics.contains(&r.metric)
-                })
-                .map(|(coords, r)| upcc_report::published::PublishedValue {
-                    coord: axes.iter().map(|(a, _)| coords[a].clone()).collect(),
-                    split: r.split.clone(),
-                    metric: r.metric,
-                    value: r.value,
-                })
+                .cloned()
+                .chain(
+                    published_values
+                        .iter()
+                        .filter(|(_, r)| {
+                            target.splits.contains(&r.split) && target.metrics.contains(&r.metric)
+                        })
+                        .map(|(coords, r)| upcc_report::published::PublishedValue {
+                            coord: axes.iter().map(|(a, _)| coords[a].clone()).collect(),
+                            split: r.split.clone(),
+                            metric: r.metric,
+                            value: r.value,
+                        }),
+                )
                 .collect(),
         });
         let layout = TableLayout {

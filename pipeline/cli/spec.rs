@@ -310,6 +310,9 @@ pub struct PublishedRow {
 pub struct PublishedTable {
     pub source: String,
     pub rows: Vec<PublishedRow>,
+    /// An experts target's values: (the file's row = dataset, column = supervision, value),
+    /// from a `table,row,column,value` file (`other-tables.csv`).
+    pub cells: Vec<(String, String, f64)>,
     pub datasets: BTreeMap<String, String>,
     pub supervision: BTreeMap<String, String>,
     pub ignore: Vec<String>,
@@ -356,6 +359,63 @@ impl PublishedTable {
 }
 
 /// Read the rows of table `table` from a published-values CSV; errors name the line.
+/// The values of `table` in a `table,row,column,value` file (fields may be double-quoted):
+/// (row, column, value). Values must be numbers (percent, as printed).
+pub fn read_published_cells(
+    path: &Path,
+    display: &str,
+    table: &str,
+) -> std::result::Result<Vec<(String, String, f64)>, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("cannot read `{display}`: {e}"))?;
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty());
+    const HEADER: &str = "table,row,column,value";
+    match lines.next() {
+        Some((_, h)) if h.trim() == HEADER => {}
+        _ => return Err(format!("`{display}`:1: the header must be `{HEADER}`")),
+    }
+    let mut cells = Vec::new();
+    let mut tables = BTreeSet::new();
+    for (no, line) in lines {
+        let at = |what: String| format!("`{display}`:{}: {what}", no + 1);
+        // Split on commas outside double quotes.
+        let mut f: Vec<String> = vec![String::new()];
+        let mut quoted = false;
+        for c in line.chars() {
+            match c {
+                '"' => quoted = !quoted,
+                ',' if !quoted => f.push(String::new()),
+                c => f.last_mut().expect("one field at least").push(c),
+            }
+        }
+        if f.len() != 4 {
+            return Err(at(format!("{} fields, expected 4", f.len())));
+        }
+        tables.insert(f[0].clone());
+        if f[0] != table {
+            continue;
+        }
+        let value: f64 = f[3]
+            .trim()
+            .parse()
+            .ok()
+            .filter(|v: &f64| v.is_finite())
+            .ok_or_else(|| at(format!("value `{}` is not a number", f[3])))?;
+        cells.push((f[1].clone(), f[2].clone(), value));
+    }
+    if cells.is_empty() {
+        let known: Vec<&str> = tables.iter().map(|t| t.as_str()).collect();
+        return Err(format!(
+            "`{display}` has no rows of table `{table}` (its tables: {})",
+            known.join(", ")
+        ));
+    }
+    Ok(cells)
+}
+
 pub fn read_published(
     path: &Path,
     display: &str,
@@ -1949,8 +2009,8 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
             continue;
         };
         let at = |f: &'static str| ["targets", t.as_str(), "published", f];
-        if target.kind != TargetKind::Table {
-            p.add(&at("file"), format!("target `{t}`: `published` values are compared with a clustering table's cells; this target is of kind `{}`", target.kind.name()), None);
+        if !matches!(target.kind, TargetKind::Table | TargetKind::Experts) {
+            p.add(&at("file"), format!("target `{t}`: `published` values are compared with the cells of a clustering or experts table; this target is of kind `{}`", target.kind.name()), None);
             continue;
         }
         for c in &ps.ignore {
@@ -1959,8 +2019,13 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
             }
         }
         let path = src.dir.join(&ps.file);
-        match read_published(&path, &ps.file, &ps.table) {
-            Ok(rows) => {
+        let read = if target.kind == TargetKind::Experts {
+            read_published_cells(&path, &ps.file, &ps.table).map(|c| (vec![], c))
+        } else {
+            read_published(&path, &ps.file, &ps.table).map(|r| (r, vec![]))
+        };
+        match read {
+            Ok((rows, cells)) => {
                 published.insert(
                     t.clone(),
                     PublishedTable {
@@ -1969,6 +2034,7 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
                             .clone()
                             .unwrap_or_else(|| format!("`{}`, table `{}`", ps.file, ps.table)),
                         rows,
+                        cells,
                         datasets: ps.datasets.clone(),
                         supervision: ps.supervision.clone(),
                         ignore: ps.ignore.clone(),

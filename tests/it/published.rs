@@ -327,3 +327,40 @@ fn the_papers_other_tables_are_transcribed_as_printed() {
         "{rows:?}"
     );
 }
+
+#[test]
+fn an_experts_table_shows_its_accuracies_against_the_published_ones() {
+    let env = Env::new();
+    env.write(
+        "accuracies.csv",
+        "table,row,column,value\ntable3,\"Blobs\",\"lv0.1\",\"93.67\"\ntable3,\"Other\",\"lv0.1\",\"50.00\"\ntable4,\"Blobs\",\"multi3\",\"65.89\"\n",
+    );
+    let spec = TINY_SPEC.replace(
+        "targets:\n",
+        "targets:\n  acc:\n    kind: experts\n    grid: {dataset: [blobs], supervision: [lv0.1]}\n    published: {file: accuracies.csv, table: table3, datasets: {blobs: Blobs}}\n",
+    );
+    env.write("spec.yaml", &spec);
+    let r = env.run_ok(&[]);
+    let md = r["tables"]["acc"].as_str().unwrap();
+    assert!(md.contains("**Reproduced − published** (`accuracies.csv`, table `table3`"), "{md}");
+    assert!(md.contains("of 1 compared values lie within"), "{md}");
+    // The delta is the reproduced accuracy minus 93.67.
+    let acc: f64 = md
+        .lines()
+        .find(|l| l.starts_with("| blobs | ACC |"))
+        .and_then(|l| l.split('|').nth(3))
+        .and_then(|c| c.trim().split('±').next())
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{md}"));
+    let want = format!("{:+.1}", acc - 93.67);
+    assert!(md.contains(&want), "want {want}: {md}");
+    // A value that is not a number, and a table the file lacks, are refused with the place.
+    env.write("accuracies.csv", "table,row,column,value\ntable3,Blobs,lv0.1,high\n");
+    let r = env.upcc(&["status", &env.spec()]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("accuracies.csv`:2: value `high` is not a number"), "{r:?}");
+    env.write("accuracies.csv", "table,row,column,value\ntable4,Blobs,multi3,65.89\n");
+    let r = env.upcc(&["status", &env.spec()]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("has no rows of table `table3` (its tables: table4)"), "{r:?}");
+}
