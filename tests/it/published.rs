@@ -342,7 +342,10 @@ fn an_experts_table_shows_its_accuracies_against_the_published_ones() {
     env.write("spec.yaml", &spec);
     let r = env.run_ok(&[]);
     let md = r["tables"]["acc"].as_str().unwrap();
-    assert!(md.contains("**Reproduced − published** (`accuracies.csv`, table `table3`"), "{md}");
+    assert!(
+        md.contains("**Reproduced − published** (`accuracies.csv`, table `table3`"),
+        "{md}"
+    );
     assert!(md.contains("of 1 compared values lie within"), "{md}");
     // The delta is the reproduced accuracy minus 93.67.
     let acc: f64 = md
@@ -355,12 +358,26 @@ fn an_experts_table_shows_its_accuracies_against_the_published_ones() {
     let want = format!("{:+.1}", acc - 93.67);
     assert!(md.contains(&want), "want {want}: {md}");
     // A value that is not a number, and a table the file lacks, are refused with the place.
-    env.write("accuracies.csv", "table,row,column,value\ntable3,Blobs,lv0.1,high\n");
+    env.write(
+        "accuracies.csv",
+        "table,row,column,value\ntable3,Blobs,lv0.1,high\n",
+    );
     let r = env.upcc(&["status", &env.spec()]);
     assert_eq!(r.code, 2, "{r:?}");
-    assert!(r.stderr.contains("accuracies.csv`:2: value `high` is not a number"), "{r:?}");
-    env.write("accuracies.csv", "table,row,column,value\ntable4,Blobs,multi3,65.89\n");
+    assert!(
+        r.stderr
+            .contains("accuracies.csv`:2: value `high` is not a number"),
+        "{r:?}"
+    );
+    env.write(
+        "accuracies.csv",
+        "table,row,column,value\ntable4,Blobs,multi3,65.89\n",
+    );
     let r = env.upcc(&["status", &env.spec()]);
     assert_eq!(r.code, 2, "{r:?}");
-    assert!(r.stderr.contains("has no rows of table `table3` (its tables: table4)"), "{r:?}");
+    assert!(
+        r.stderr
+            .contains("has no rows of table `table3` (its tables: table4)"),
+        "{r:?}"
+    );
 }
