@@ -499,15 +499,20 @@ pub fn status(args: &SpecArgs, env: &Env) -> Result<i32> {
         .collect();
     // Slurm jobs submitted for nodes that are not fresh: queued, running or ended without a
     // result (read from squeue/sacct once for all of them).
-    let recipes = crate::slurm::recipes(&dag);
-    let records: Vec<Option<crate::slurm::JobRecord>> = entries
-        .iter()
-        .zip(&recipes)
-        .map(|(e, r)| match e.status {
-            NodeStatus::Fresh => None,
-            _ => crate::slurm::read_record(&store, r),
-        })
-        .collect();
+    // A store never used with Slurm has no `jobs/`: no recipes to hash, no records to read.
+    let records: Vec<Option<crate::slurm::JobRecord>> = if crate::slurm::has_jobs(&store) {
+        let recipes = crate::slurm::recipes(&dag);
+        entries
+            .iter()
+            .zip(&recipes)
+            .map(|(e, r)| match e.status {
+                NodeStatus::Fresh => None,
+                _ => crate::slurm::read_record(&store, r),
+            })
+            .collect()
+    } else {
+        vec![None; entries.len()]
+    };
     let ids: Vec<String> = records.iter().flatten().map(|r| r.job_id.clone()).collect();
     let states = if ids.is_empty() {
         std::collections::HashMap::new()
@@ -844,10 +849,10 @@ pub fn explain(args: &ExplainArgs, env: &Env) -> Result<i32> {
         }
     }
     // A Slurm job submitted for this key: its state and the end of its output.
-    let recipe = crate::slurm::recipes(&sub).pop().unwrap_or_default();
-    if let Some(r) = Some(&recipe)
-        .filter(|_| e.status != NodeStatus::Fresh)
-        .and_then(|k| crate::slurm::read_record(&store, k))
+    if let Some(r) = Some(())
+        .filter(|_| e.status != NodeStatus::Fresh && crate::slurm::has_jobs(&store))
+        .and_then(|_| crate::slurm::recipes(&sub).pop())
+        .and_then(|recipe| crate::slurm::read_record(&store, &recipe))
     {
         let state = crate::slurm::job_states(std::slice::from_ref(&r.job_id))
             .ok()
@@ -1107,10 +1112,9 @@ fn run_slurm(
             let _ = writeln!(out, "{md}");
         }
     }
-    let recipes = crate::slurm::recipes(dag);
     for (i, why) in &outcome.failed {
         eprintln!("error: node `{}`: {why}", dag.node(*i).id);
-        if let Some(r) = crate::slurm::read_record(store, &recipes[*i]) {
+        if let Some(r) = crate::slurm::read_record(store, &sub.recipes[*i]) {
             eprintln!("  job log: {}", r.log);
         }
     }

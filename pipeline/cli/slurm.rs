@@ -247,6 +247,11 @@ fn record_path(store: &Store, recipe: &str) -> PathBuf {
     jobs_dir(store).join(format!("{recipe}.json"))
 }
 
+/// Whether Slurm jobs were ever submitted against this store.
+pub fn has_jobs(store: &Store) -> bool {
+    jobs_dir(store).is_dir()
+}
+
 pub fn read_record(store: &Store, recipe: &str) -> Option<JobRecord> {
     let bytes = std::fs::read(record_path(store, recipe)).ok()?;
     serde_json::from_slice(&bytes).ok()
@@ -498,6 +503,8 @@ pub struct Submitted {
     pub jobs: BTreeMap<usize, String>,
     pub new: usize,
     pub attached: usize,
+    /// Every node's recipe (`recipes(dag)`), for reading the records afterwards.
+    pub recipes: Vec<String>,
 }
 
 /// Submit a job for every node of `dag` that is not computed and has no live job yet; reuse
@@ -617,6 +624,7 @@ pub fn submit(
         jobs,
         new,
         attached,
+        recipes: recipe,
     })
 }
 

@@ -359,6 +359,15 @@ impl PublishedTable {
 }
 
 /// Read the rows of table `table` from a published-values CSV; errors name the line.
+/// The error for a published-values file without rows of the named table.
+fn no_rows(display: &str, table: &str, tables: &BTreeSet<String>) -> String {
+    let known: Vec<&str> = tables.iter().map(|t| t.as_str()).collect();
+    format!(
+        "`{display}` has no rows of table `{table}` (its tables: {})",
+        known.join(", ")
+    )
+}
+
 /// The values of `table` in a `table,row,column,value` file (fields may be double-quoted):
 /// (row, column, value). Values must be numbers (percent, as printed).
 pub fn read_published_cells(
@@ -407,11 +416,7 @@ pub fn read_published_cells(
         cells.push((f[1].clone(), f[2].clone(), value));
     }
     if cells.is_empty() {
-        let known: Vec<&str> = tables.iter().map(|t| t.as_str()).collect();
-        return Err(format!(
-            "`{display}` has no rows of table `{table}` (its tables: {})",
-            known.join(", ")
-        ));
+        return Err(no_rows(display, table, &tables));
     }
     Ok(cells)
 }
@@ -487,11 +492,7 @@ pub fn read_published(
         });
     }
     if rows.is_empty() {
-        let known: Vec<&str> = tables.iter().map(|t| t.as_str()).collect();
-        return Err(format!(
-            "`{display}` has no rows of table `{table}` (its tables: {})",
-            known.join(", ")
-        ));
+        return Err(no_rows(display, table, &tables));
     }
     Ok(rows)
 }
