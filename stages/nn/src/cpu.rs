@@ -6,6 +6,7 @@
 
 use rayon::prelude::*;
 
+use crate::check;
 use crate::device::{Act, CoBce, DResult, Device, GemmSpec, HuberL2, Ix, StudentT};
 use crate::scalar::{sigmoid, softplus, Real};
 use crate::science::{bayesian_confidence, huber, screen};
@@ -14,9 +15,40 @@ use crate::science::{bayesian_confidence, huber, screen};
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Cpu;
 
+/// An index vector in host memory, with one more than its largest value (what
+/// [`check`] holds index values against).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostIdx {
+    data: Vec<u32>,
+    bound: usize,
+}
+
+impl HostIdx {
+    pub fn new(data: &[u32]) -> Self {
+        HostIdx {
+            data: data.to_vec(),
+            bound: data.iter().max().map_or(0, |&m| m as usize + 1),
+        }
+    }
+
+    pub fn as_slice(&self) -> &[u32] {
+        &self.data
+    }
+}
+
+/// An index range as [`check`] sees it.
+fn shape(i: Ix<'_, HostIdx>) -> check::IxShape {
+    check::IxShape {
+        off: i.off,
+        len: i.len,
+        buf_len: i.buf.data.len(),
+        bound: i.bound.unwrap_or(i.buf.bound),
+    }
+}
+
 /// The host slice an index range names.
-fn ix<'a>(i: Ix<'a, Vec<u32>>) -> &'a [u32] {
-    &i.buf[i.off..i.off + i.len]
+fn ix<'a>(i: Ix<'a, HostIdx>) -> &'a [u32] {
+    &i.buf.data[i.off..i.off + i.len]
 }
 
 /// Elements per chunk of element-wise kernels (fixed, so results never depend on threads).
@@ -192,7 +224,7 @@ impl Cpu {
 
 impl<T: Real> Device<T> for Cpu {
     type Buf = Vec<T>;
-    type Idx = Vec<u32>;
+    type Idx = HostIdx;
     type Scalars = Vec<f64>;
 
     fn name(&self) -> String {
@@ -225,6 +257,7 @@ impl<T: Real> Device<T> for Cpu {
         Ok(())
     }
     fn write(&self, dst: &mut Vec<T>, src: &[T]) -> DResult<()> {
+        check::write(dst.len(), src.len());
         dst.copy_from_slice(src);
         Ok(())
     }
@@ -236,6 +269,7 @@ impl<T: Real> Device<T> for Cpu {
         dst_off: usize,
         len: usize,
     ) -> DResult<()> {
+        check::copy_range("copy_range", src.len(), src_off, dst.len(), dst_off, len);
         dst[dst_off..dst_off + len].copy_from_slice(&src[src_off..src_off + len]);
         Ok(())
     }
@@ -248,6 +282,7 @@ impl<T: Real> Device<T> for Cpu {
         dst_off: usize,
         len: usize,
     ) -> DResult<()> {
+        check::copy_range("axpy_range", src.len(), src_off, dst.len(), dst_off, len);
         par_zip(
             &mut dst[dst_off..dst_off + len],
             &src[src_off..src_off + len],
@@ -263,18 +298,21 @@ impl<T: Real> Device<T> for Cpu {
         cols: usize,
         col: usize,
     ) -> DResult<()> {
-        assert!(col < cols && src.len() == rows && dst.len() == rows * cols);
+        check::set_column(src.len(), dst.len(), rows, cols, col);
         for (r, &v) in src.iter().enumerate() {
             dst[r * cols + col] = v;
         }
         Ok(())
     }
 
-    fn upload_idx(&self, data: &[u32]) -> DResult<Vec<u32>> {
-        Ok(data.to_vec())
+    fn upload_idx(&self, data: &[u32]) -> DResult<HostIdx> {
+        Ok(HostIdx::new(data))
     }
-    fn idx_len(&self, idx: &Vec<u32>) -> usize {
-        idx.len()
+    fn idx_len(&self, idx: &HostIdx) -> usize {
+        idx.data.len()
+    }
+    fn idx_bound(&self, idx: &HostIdx) -> usize {
+        idx.bound
     }
 
     fn scalars(&self, len: usize) -> DResult<Vec<f64>> {
@@ -288,6 +326,7 @@ impl<T: Real> Device<T> for Cpu {
         Ok(())
     }
     fn scalars_combine(&self, s: &mut Vec<f64>, dst: usize, terms: &[(usize, f64)]) -> DResult<()> {
+        check::scalars_combine(s.len(), dst, terms);
         let v: f64 = terms.iter().map(|&(i, c)| c * s[i]).sum();
         s[dst] = v;
         Ok(())
@@ -300,6 +339,7 @@ impl<T: Real> Device<T> for Cpu {
         dst: &mut Vec<f64>,
         dst_slot: usize,
     ) -> DResult<()> {
+        check::scalars_accumulate(src.len(), src_slot, dst.len(), dst_slot);
         dst[dst_slot] += coef * src[src_slot];
         Ok(())
     }
@@ -310,12 +350,14 @@ impl<T: Real> Device<T> for Cpu {
         coef: f64,
         grad: &mut Vec<T>,
     ) -> DResult<()> {
+        check::scalar_to_grad(s.len(), slot, grad.len());
         let v = T::from_f64(coef * s[slot]);
         grad[0] += T::ONE * v;
         Ok(())
     }
 
     fn gemm(&self, spec: GemmSpec, a: &Vec<T>, b: &Vec<T>, c: &mut Vec<T>) -> DResult<()> {
+        check::gemm(spec, a.len(), b.len(), c.len());
         // Row-split products: two single-threaded halves beat one 2-thread product on these
         // small shapes (measured: ~1.45x → ~1.9x scaling). The split depends only on the
         // shape, and gemm's k-blocking only on k, so bits do not depend on thread count.
@@ -367,6 +409,8 @@ impl<T: Real> Device<T> for Cpu {
         b2: &Vec<T>,
         c2: &mut Vec<T>,
     ) -> DResult<()> {
+        check::gemm(s1, a1.len(), b1.len(), c1.len());
+        check::gemm(s2, a2.len(), b2.len(), c2.len());
         if rayon::current_num_threads() >= 2 {
             // Two equal-sized single-threaded products in parallel beat two 2-thread products
             // run one after the other: no synchronisation inside either.
@@ -389,7 +433,7 @@ impl<T: Real> Device<T> for Cpu {
         cols: usize,
         act: Act,
     ) -> DResult<()> {
-        debug_assert_eq!(y.len(), rows * cols);
+        check::bias_act(y.len(), bias.map(Vec::len), rows, cols);
         let apply = |row: &mut [T]| {
             if let Some(b) = bias {
                 row.iter_mut().zip(b.iter()).for_each(|(v, &b)| *v += b);
@@ -415,6 +459,7 @@ impl<T: Real> Device<T> for Cpu {
     }
 
     fn act_backward(&self, y: &Vec<T>, dy: &Vec<T>, dz: &mut Vec<T>, act: Act) -> DResult<()> {
+        check::elementwise("act_backward", &[dy.len(), y.len(), dz.len()]);
         match act {
             Act::Identity => dz.copy_from_slice(dy),
             Act::Relu => par_zip3(dz, y, dy, |o, y, g| {
@@ -426,6 +471,7 @@ impl<T: Real> Device<T> for Cpu {
     }
 
     fn col_sums_acc(&self, dz: &Vec<T>, rows: usize, cols: usize, db: &mut Vec<T>) -> DResult<()> {
+        check::col_sums(dz.len(), rows, cols, db.len());
         // Row by row in a fixed order (vectorises over columns), as PyTorch sums in f32.
         let mut acc = vec![T::ZERO; cols];
         for r in 0..rows {
@@ -440,16 +486,19 @@ impl<T: Real> Device<T> for Cpu {
     }
 
     fn axpy(&self, alpha: T, src: &Vec<T>, dst: &mut Vec<T>) -> DResult<()> {
+        check::elementwise("axpy", &[src.len(), dst.len()]);
         par_zip(dst, src, |d, s| *d += alpha * s);
         Ok(())
     }
 
     fn mul(&self, x: &Vec<T>, mask: &Vec<T>, y: &mut Vec<T>) -> DResult<()> {
+        check::elementwise("mul", &[x.len(), mask.len(), y.len()]);
         par_zip3(y, x, mask, |o, x, m| *o = x * m);
         Ok(())
     }
 
     fn mul_acc(&self, dy: &Vec<T>, mask: &Vec<T>, dx: &mut Vec<T>) -> DResult<()> {
+        check::elementwise("mul_acc", &[dy.len(), mask.len(), dx.len()]);
         par_zip3(dx, dy, mask, |o, g, m| *o += g * m);
         Ok(())
     }
@@ -463,6 +512,7 @@ impl<T: Real> Device<T> for Cpu {
         y: &mut Vec<T>,
         norms: &mut Vec<T>,
     ) -> DResult<()> {
+        check::rowwise("l2norm", rows, cols, &[x.len(), y.len()], &[norms.len()]);
         for r in 0..rows {
             let row = &x[r * cols..(r + 1) * cols];
             let ss: f64 = row.iter().map(|v| v.to_f64() * v.to_f64()).sum();
@@ -485,6 +535,13 @@ impl<T: Real> Device<T> for Cpu {
         cols: usize,
         dx: &mut Vec<T>,
     ) -> DResult<()> {
+        check::rowwise(
+            "l2norm_backward",
+            rows,
+            cols,
+            &[y.len(), dy.len(), dx.len()],
+            &[norms.len()],
+        );
         for r in 0..rows {
             let yr = &y[r * cols..(r + 1) * cols];
             let gr = &dy[r * cols..(r + 1) * cols];
@@ -511,12 +568,12 @@ impl<T: Real> Device<T> for Cpu {
         &self,
         u: &Vec<T>,
         cols: usize,
-        a: Ix<'_, Vec<u32>>,
-        b: Ix<'_, Vec<u32>>,
+        a: Ix<'_, HostIdx>,
+        b: Ix<'_, HostIdx>,
         out: &mut Vec<T>,
     ) -> DResult<()> {
+        check::pairs("pair_dot", u.len(), cols, shape(a), shape(b), &[out.len()]);
         let (a, b) = (ix(a), ix(b));
-        assert_eq!(a.len(), b.len());
         for (i, (&ai, &bi)) in a.iter().zip(b).enumerate() {
             let ra = &u[ai as usize * cols..(ai as usize + 1) * cols];
             let rb = &u[bi as usize * cols..(bi as usize + 1) * cols];
@@ -533,11 +590,20 @@ impl<T: Real> Device<T> for Cpu {
         &self,
         u: &Vec<T>,
         cols: usize,
-        a: Ix<'_, Vec<u32>>,
-        b: Ix<'_, Vec<u32>>,
+        a: Ix<'_, HostIdx>,
+        b: Ix<'_, HostIdx>,
         g: &Vec<T>,
         du: &mut Vec<T>,
     ) -> DResult<()> {
+        check::pairs(
+            "pair_dot_backward",
+            u.len(),
+            cols,
+            shape(a),
+            shape(b),
+            &[g.len()],
+        );
+        check::elementwise("pair_dot_backward", &[u.len(), du.len()]);
         let (a, b) = (ix(a), ix(b));
         for (i, (&ai, &bi)) in a.iter().zip(b).enumerate() {
             let (ai, bi) = (ai as usize, bi as usize);
@@ -555,11 +621,11 @@ impl<T: Real> Device<T> for Cpu {
         &self,
         x: &Vec<T>,
         cols: usize,
-        idx: Ix<'_, Vec<u32>>,
+        idx: Ix<'_, HostIdx>,
         out: &mut Vec<T>,
     ) -> DResult<()> {
+        check::rows_indexed("gather_rows", x.len(), cols, shape(idx), out.len());
         let idx = ix(idx);
-        assert_eq!(out.len(), idx.len() * cols);
         for (o, &i) in out.chunks_mut(cols.max(1)).zip(idx) {
             o.copy_from_slice(&x[i as usize * cols..(i as usize + 1) * cols]);
         }
@@ -570,9 +636,10 @@ impl<T: Real> Device<T> for Cpu {
         &self,
         dout: &Vec<T>,
         cols: usize,
-        idx: Ix<'_, Vec<u32>>,
+        idx: Ix<'_, HostIdx>,
         dx: &mut Vec<T>,
     ) -> DResult<()> {
+        check::rows_indexed("scatter_add_rows", dx.len(), cols, shape(idx), dout.len());
         for (g, &i) in dout.chunks(cols.max(1)).zip(ix(idx)) {
             for (d, &v) in dx[i as usize * cols..(i as usize + 1) * cols]
                 .iter_mut()
@@ -596,7 +663,14 @@ impl<T: Real> Device<T> for Cpu {
         out: &mut Vec<f64>,
         slot: usize,
     ) -> DResult<()> {
-        assert!(y.len() == c.len() && w.len() == c.len());
+        check::loss(
+            "probpair_bce",
+            &[c.len(), y.len(), w.len(), dc.len()],
+            &[m_raw.len(), t_raw.len()],
+            out.len(),
+            slot,
+            3,
+        );
         let (mr, tr) = (m_raw[0], t_raw[0]);
         let (m, t) = (mr.tanh(), softplus(tr));
         let (m64, t64) = (m.to_f64(), t.to_f64());
@@ -622,12 +696,21 @@ impl<T: Real> Device<T> for Cpu {
         &self,
         u: &Vec<T>,
         cols: usize,
-        a: Ix<'_, Vec<u32>>,
-        b: Ix<'_, Vec<u32>>,
+        a: Ix<'_, HostIdx>,
+        b: Ix<'_, HostIdx>,
         m_raw: &Vec<T>,
         t_raw: &Vec<T>,
         out: &mut Vec<T>,
     ) -> DResult<()> {
+        check::pairs(
+            "pair_readout",
+            u.len(),
+            cols,
+            shape(a),
+            shape(b),
+            &[out.len()],
+        );
+        check::loss("pair_readout", &[], &[m_raw.len(), t_raw.len()], 0, 0, 0);
         let m = m_raw[0].to_f64().tanh();
         let t = softplus(t_raw[0].to_f64());
         let (a, b) = (ix(a), ix(b));
@@ -650,7 +733,14 @@ impl<T: Real> Device<T> for Cpu {
         out: &mut Vec<f64>,
         slot: usize,
     ) -> DResult<()> {
-        assert_eq!(x.len(), target.len());
+        check::loss(
+            "sq_error",
+            &[x.len(), target.len(), dx.len()],
+            &[],
+            out.len(),
+            slot,
+            1,
+        );
         let s2 = T::from_f64(2.0 * scale);
         par_zip3(dx, x, target, |d, x, t| *d = s2 * (x - t));
         // Loss in fixed-size chunks, summed in order.
@@ -673,11 +763,20 @@ impl<T: Real> Device<T> for Cpu {
         logits: &Vec<T>,
         rows: usize,
         cols: usize,
-        labels: Ix<'_, Vec<u32>>,
+        labels: Ix<'_, HostIdx>,
         dlogits: &mut Vec<T>,
         out: &mut Vec<f64>,
         slot: usize,
     ) -> DResult<()> {
+        check::softmax_ce(
+            logits.len(),
+            rows,
+            cols,
+            shape(labels),
+            dlogits.len(),
+            out.len(),
+            slot,
+        );
         let labels = ix(labels);
         let mut loss = 0.0;
         let mut correct = 0usize;
@@ -715,6 +814,7 @@ impl<T: Real> Device<T> for Cpu {
         cols: usize,
         out: &mut Vec<T>,
     ) -> DResult<()> {
+        check::rowwise("softmax_rows", rows, cols, &[logits.len(), out.len()], &[]);
         for r in 0..rows {
             let row = &logits[r * cols..(r + 1) * cols];
             let best = row
@@ -745,7 +845,9 @@ impl<T: Real> Device<T> for Cpu {
             lambda,
             denom,
         } = h;
-        assert_eq!(p.len(), target.len());
+        let mut lens = vec![p.len(), target.len(), dp.len()];
+        lens.extend(w.map(Vec::len));
+        check::loss("huber_l2", &lens, &[], out.len(), slot, 1);
         let mut loss = 0.0;
         for i in 0..p.len() {
             let pi = p[i].to_f64();
@@ -767,6 +869,13 @@ impl<T: Real> Device<T> for Cpu {
         cols: usize,
         dx: &mut Vec<T>,
     ) -> DResult<()> {
+        check::rowwise(
+            "softmax_backward",
+            rows,
+            cols,
+            &[s.len(), ds.len(), dx.len()],
+            &[],
+        );
         for r in 0..rows {
             let sr = &s[r * cols..(r + 1) * cols];
             let gr = &ds[r * cols..(r + 1) * cols];
@@ -795,8 +904,18 @@ impl<T: Real> Device<T> for Cpu {
         out: &mut Vec<f64>,
         slot: usize,
     ) -> DResult<()> {
+        check::pair_cobce(
+            q.len(),
+            shape,
+            b_raw.map(Vec::len),
+            y.len(),
+            w.len(),
+            dq.len(),
+            db_raw.as_deref().map(Vec::len),
+            out.len(),
+            slot,
+        );
         let CoBce { c, n, eps, denom } = shape;
-        assert!(q.len() >= 2 * n * c && y.len() == n && w.len() == n);
         let bmat: Option<Vec<f64>> = b_raw.map(|b| b.iter().map(|v| sigmoid(v.to_f64())).collect());
         let mut dbm = vec![0f64; c * c];
         let mut loss = 0.0;
@@ -858,6 +977,7 @@ impl<T: Real> Device<T> for Cpu {
         slot: usize,
         minv: &mut Vec<T>,
     ) -> DResult<()> {
+        check::spd(m.len(), c, minv.len(), out.len(), slot);
         let a: Vec<f64> = (0..c * c)
             .map(|j| m[j].to_f64() + if j / c == j % c { eps } else { 0.0 })
             .collect();
@@ -877,6 +997,7 @@ impl<T: Real> Device<T> for Cpu {
     }
 
     fn student_t(&self, z: &Vec<T>, mu: &Vec<T>, st: StudentT, q: &mut Vec<T>) -> DResult<()> {
+        check::student_t("student_t", st, z.len(), mu.len(), &[q.len()], None);
         let StudentT {
             rows,
             d,
@@ -914,6 +1035,15 @@ impl<T: Real> Device<T> for Cpu {
         dz: &mut Vec<T>,
         dmu: &mut Vec<T>,
     ) -> DResult<()> {
+        check::student_t(
+            "student_t_backward",
+            st,
+            z.len(),
+            mu.len(),
+            &[q.len(), dq.len()],
+            Some(dz.len()),
+        );
+        check::elementwise("student_t_backward", &[mu.len(), dmu.len()]);
         let StudentT {
             rows,
             d,
@@ -958,7 +1088,14 @@ impl<T: Real> Device<T> for Cpu {
         out: &mut Vec<f64>,
         slot: usize,
     ) -> DResult<()> {
-        assert_eq!(q.len(), p.len());
+        check::loss(
+            "kl_target",
+            &[q.len(), p.len(), dq.len()],
+            &[],
+            out.len(),
+            slot,
+            1,
+        );
         let mut loss = 0.0;
         for i in 0..q.len() {
             let (qi, pi) = (q[i].to_f64().max(1e-30), p[i].to_f64());
@@ -981,6 +1118,14 @@ impl<T: Real> Device<T> for Cpu {
         out: &mut Vec<f64>,
         slot: usize,
     ) -> DResult<()> {
+        check::loss(
+            "spherepair_bce",
+            &[c.len(), y.len(), w.len(), dc.len()],
+            &[],
+            out.len(),
+            slot,
+            1,
+        );
         let mut loss = 0.0;
         for i in 0..c.len() {
             let ci = c[i].to_f64();
@@ -1004,6 +1149,10 @@ impl<T: Real> Device<T> for Cpu {
         y_bc: &mut Vec<T>,
         w: &mut Vec<T>,
     ) -> DResult<()> {
+        check::elementwise(
+            "eci_fuse",
+            &[y.len(), delta.len(), y_oof.len(), y_bc.len(), w.len()],
+        );
         for i in 0..y.len() {
             let yi = y[i].to_f64();
             let (y_cor, _gap, wi) = screen(yi, delta[i].to_f64(), y_oof[i].to_f64(), xi, gamma);
@@ -1059,6 +1208,7 @@ impl<T: Real> Device<T> for Cpu {
         eps: f64,
         step: u64,
     ) -> DResult<()> {
+        check::elementwise("adam", &[p.len(), g.len(), m.len(), v.len()]);
         let bc1 = 1.0 - beta1.powi(step as i32);
         let bc2 = 1.0 - beta2.powi(step as i32);
         let (b1, b2) = (T::from_f64(beta1), T::from_f64(beta2));
@@ -1103,6 +1253,7 @@ impl<T: Real> Device<T> for Cpu {
         momentum: f64,
         first: bool,
     ) -> DResult<()> {
+        check::elementwise("sgd_momentum", &[p.len(), g.len(), buf.len()]);
         let (mu, lr) = (T::from_f64(momentum), T::from_f64(lr));
         for ((p, &g), b) in p.iter_mut().zip(g.iter()).zip(buf.iter_mut()) {
             *b = if first { g } else { mu * *b + g };

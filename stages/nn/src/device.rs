@@ -15,6 +15,7 @@
 //! CPU's element-wise kernels split work into fixed-size chunks and reduce in a fixed order;
 //! `gemm` splits over output tiles only. A GPU backend must avoid order-dependent atomics.
 
+use crate::check::IxShape;
 use crate::scalar::Real;
 
 /// Activation fused into a linear layer.
@@ -44,9 +45,18 @@ pub enum DeviceError {
     /// No CUDA driver library could be loaded.
     #[error("no CUDA driver was found: {0}")]
     NoDriver(String),
-    /// A driver is there but the device is not usable.
+    /// A driver is there but sees no device (`CUDA_VISIBLE_DEVICES` empty, no GPU, a stub
+    /// driver library).
+    #[error("no CUDA device is visible: {0}")]
+    NoDevice(String),
+    /// A device is visible but the backend cannot use it (a library missing, the kernels not
+    /// compiling or loading). `fix` says what to change.
     #[error("CUDA device {ordinal} is not available: {message}")]
-    Unavailable { ordinal: usize, message: String },
+    Unavailable {
+        ordinal: usize,
+        message: String,
+        fix: String,
+    },
     /// An allocation did not fit.
     #[error("{device}: out of memory allocating {bytes} bytes")]
     OutOfMemory { device: String, bytes: usize },
@@ -57,9 +67,33 @@ pub enum DeviceError {
         op: &'static str,
         message: String,
     },
+    /// A sticky failure of the device's context (an illegal address, a failed launch): every
+    /// later call on that context fails too, so nothing more may be scheduled onto the device
+    /// in this process.
+    #[error("{device}: {op} failed and the GPU cannot be used again in this process: {message}")]
+    Fatal {
+        device: String,
+        op: &'static str,
+        message: String,
+    },
     /// The binary has no CUDA backend.
     #[error("this upcc was built without CUDA support (cargo feature `cuda`)")]
     NotBuilt,
+}
+
+impl DeviceError {
+    /// Whether the device that raised it is lost for the rest of the process.
+    pub fn is_fatal(&self) -> bool {
+        matches!(self, DeviceError::Fatal { .. })
+    }
+
+    /// What the user can change, where the error says (a library path, `--device cpu`).
+    pub fn fix(&self) -> Option<&str> {
+        match self {
+            DeviceError::Unavailable { fix, .. } => Some(fix),
+            _ => None,
+        }
+    }
 }
 
 pub type DResult<T> = Result<T, DeviceError>;
@@ -72,6 +106,9 @@ pub struct Ix<'a, I> {
     pub off: usize,
     pub len: usize,
     pub distinct: bool,
+    /// One more than the largest value in this range, when the caller knows it (an iota
+    /// range); otherwise the checks use the whole buffer's.
+    pub bound: Option<usize>,
 }
 
 impl<I> Clone for Ix<'_, I> {
@@ -88,6 +125,7 @@ impl<'a, I> Ix<'a, I> {
             off,
             len,
             distinct: false,
+            bound: None,
         }
     }
 
@@ -98,6 +136,19 @@ impl<'a, I> Ix<'a, I> {
             off,
             len,
             distinct: true,
+            bound: None,
+        }
+    }
+
+    /// A range of a buffer holding 0, 1, 2, … at its positions: its values are
+    /// `off..off + len`, all different.
+    pub fn iota(buf: &'a I, off: usize, len: usize) -> Self {
+        Ix {
+            buf,
+            off,
+            len,
+            distinct: true,
+            bound: Some(off + len),
         }
     }
 }
@@ -201,6 +252,18 @@ pub trait Device<T: Real>: Clone + Send + Sync + 'static {
 
     fn upload_idx(&self, data: &[u32]) -> DResult<Self::Idx>;
     fn idx_len(&self, idx: &Self::Idx) -> usize;
+    /// One more than the largest index of the buffer (0 when empty), recorded at upload: what
+    /// [`crate::check`] holds index values against.
+    fn idx_bound(&self, idx: &Self::Idx) -> usize;
+    /// An index range as [`crate::check`] sees it.
+    fn ix_shape(&self, i: Ix<'_, Self::Idx>) -> IxShape {
+        IxShape {
+            off: i.off,
+            len: i.len,
+            buf_len: self.idx_len(i.buf),
+            bound: i.bound.unwrap_or_else(|| self.idx_bound(i.buf)),
+        }
+    }
 
     /// `len` zeroed f64 slots.
     fn scalars(&self, len: usize) -> DResult<Self::Scalars>;

@@ -219,7 +219,7 @@ impl<T: Real, D: Device<T>> Graph<T, D> {
     fn ix<'a>(dev_iota: &'a D::Idx, i: &'a Indices<D::Idx>, len_hint: usize) -> Ix<'a, D::Idx> {
         match i {
             Indices::Owned(b) => Ix::new(b, 0, len_hint),
-            Indices::Iota { off, len } => Ix::distinct(dev_iota, *off, *len),
+            Indices::Iota { off, len } => Ix::iota(dev_iota, *off, *len),
         }
     }
 

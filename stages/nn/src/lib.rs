@@ -4,6 +4,7 @@
 //! trait (CPU here, CUDA in `cuda.rs`), so training code is the same on both. Every op's backward
 //! pass is checked against central finite differences in f64 (`src/gradcheck.rs`).
 
+pub mod check;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -17,7 +18,7 @@ pub mod rng;
 pub mod scalar;
 pub mod science;
 
-pub use cpu::Cpu;
+pub use cpu::{Cpu, HostIdx};
 #[cfg(feature = "cuda")]
 pub use cuda::Cuda;
 pub use device::{
