@@ -1,20 +1,33 @@
 //! The CUDA device on cudarc with dynamic loading: the binary builds and runs where no CUDA is
-//! installed, and [`Cuda::new`] says why when a driver or library is missing.
+//! installed, and [`probe`] / [`Cuda::new`] say why when a driver or library is missing.
 //!
 //! Matrix products go to cuBLAS (fp32, default math mode: no TF32), everything else to the
-//! kernels of `cuda_kernels.cu`, compiled once per process by NVRTC. Each [`Cuda`] value owns a
-//! stream and a cuBLAS handle; [`Cuda::fork`] gives a training node its own pair on the same
-//! context, so nodes sharing a GPU never share a handle. No kernel uses atomics: two runs on the
-//! same GPU give the same bits.
+//! kernels of `cuda_kernels.cu`, compiled once per process by NVRTC straight to machine code
+//! for the GPU's architecture (a CUBIN: the driver's PTX JIT plays no part, so the bits depend
+//! on the NVRTC version, which the numerics class names). Each [`Cuda`] value owns a stream and
+//! a cuBLAS handle; [`Cuda::fork`] gives a training node its own pair on the same context, so
+//! nodes sharing a GPU never share a handle. No kernel uses atomics: two runs on the same GPU
+//! give the same bits.
+//!
+//! Every kernel's signature is declared once, in the [`kernels!`] table below. From it come
+//! (1) a typed launcher per kernel, so the host cannot push an argument of the wrong kind,
+//! (2) `extern "C"` prototypes prepended to the source NVRTC compiles, so a kernel whose
+//! definition disagrees with the table does not compile, and (3) [`kernel_signatures`], which
+//! the kernel gate test compares with the `.entry` parameter lists of the PTX.
 
-use std::sync::{Arc, OnceLock};
+use std::collections::BTreeMap;
+use std::ffi::{c_int, CString};
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::cublas::{sys as blas_sys, CudaBlas, Gemm, GemmConfig};
+use cudarc::driver::sys::{CUdevice_attribute as Attr, CUresult};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DriverError, LaunchConfig,
-    PushKernelArg,
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DriverError, LaunchArgs,
+    LaunchConfig, PushKernelArg,
 };
 
+use crate::check;
 use crate::device::{
     Act, CoBce, DResult, Device, DeviceError, DeviceInfo, GemmSpec, HuberL2, Ix, StudentT,
 };
@@ -22,67 +35,657 @@ use crate::device::{
 const SOURCE: &str = include_str!("cuda_kernels.cu");
 /// Threads per block of element-wise kernels.
 const BLOCK: u32 = 256;
-/// Threads of the single-block reductions (`RED` in the kernel source).
-const RED: u32 = 256;
+/// Threads of the block reductions (`RED` in the kernel source, defined from this constant).
+pub const RED: u32 = 256;
+/// The largest grid a kernel may be launched with (x dimension).
+const MAX_GRID: usize = (1 << 31) - 1;
 
-type I64 = i64;
+/// A kernel parameter that reads a device buffer of `T` (`const T*`).
+pub struct In<T>(PhantomData<T>);
+/// A kernel parameter that writes (or reads and writes) a device buffer of `T` (`T*`).
+pub struct Out<T>(PhantomData<T>);
 
+/// How one kind of kernel parameter is declared in C, appears in PTX and is passed by the
+/// host.
+pub trait KernelArg {
+    /// What the typed launcher takes.
+    type Arg<'x>;
+    /// The parameter's type in the generated C prototype.
+    const C: &'static str;
+    /// The parameter's type in a PTX `.entry` list.
+    const PTX: &'static str;
+    fn push<'a, 'x: 'a>(b: &mut LaunchArgs<'a>, v: &'a mut Self::Arg<'x>);
+}
+
+macro_rules! scalar_arg {
+    ($t:ty, $c:literal, $ptx:literal) => {
+        impl KernelArg for $t {
+            type Arg<'x> = $t;
+            const C: &'static str = $c;
+            const PTX: &'static str = $ptx;
+            fn push<'a, 'x: 'a>(b: &mut LaunchArgs<'a>, v: &'a mut $t) {
+                b.arg(&*v);
+            }
+        }
+    };
+}
+scalar_arg!(i64, "long long", ".u64");
+scalar_arg!(i32, "int", ".u32");
+scalar_arg!(f32, "float", ".f32");
+scalar_arg!(f64, "double", ".f64");
+
+macro_rules! buffer_arg {
+    ($t:ty, $in_c:literal, $out_c:literal) => {
+        impl KernelArg for In<$t> {
+            type Arg<'x> = &'x CudaSlice<$t>;
+            const C: &'static str = $in_c;
+            const PTX: &'static str = ".u64";
+            fn push<'a, 'x: 'a>(b: &mut LaunchArgs<'a>, v: &'a mut &'x CudaSlice<$t>) {
+                b.arg(*v);
+            }
+        }
+        impl KernelArg for Out<$t> {
+            type Arg<'x> = &'x mut CudaSlice<$t>;
+            const C: &'static str = $out_c;
+            const PTX: &'static str = ".u64";
+            fn push<'a, 'x: 'a>(b: &mut LaunchArgs<'a>, v: &'a mut &'x mut CudaSlice<$t>) {
+                b.arg(&mut **v);
+            }
+        }
+    };
+}
+buffer_arg!(f32, "const float*", "float*");
+buffer_arg!(f64, "const double*", "double*");
+buffer_arg!(u32, "const unsigned int*", "unsigned int*");
+
+/// One parameter of a kernel, as declared in the table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParamSig {
+    pub name: &'static str,
+    pub c_type: &'static str,
+    pub ptx_type: &'static str,
+}
+
+/// One kernel of the table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelSig {
+    pub name: &'static str,
+    pub params: Vec<ParamSig>,
+}
+
+/// Declares every kernel once: the loaded functions, a typed launcher per kernel (a method of
+/// [`Cuda`] named like the kernel) and the signature table.
 macro_rules! kernels {
-    ($($name:ident),* $(,)?) => {
+    ($( fn $name:ident ( $($p:ident : $t:ty),* $(,)? ); )*) => {
         struct Kernels { $($name: CudaFunction,)* }
+
         impl Kernels {
             fn load(m: &Arc<CudaModule>) -> Result<Self, DriverError> {
                 Ok(Kernels { $($name: m.load_function(stringify!($name))?,)* })
             }
         }
+
+        /// Every kernel the host launches, with its parameters, in the table's order.
+        pub fn kernel_signatures() -> Vec<KernelSig> {
+            vec![$(KernelSig {
+                name: stringify!($name),
+                params: vec![$(ParamSig {
+                    name: stringify!($p),
+                    c_type: <$t as KernelArg>::C,
+                    ptx_type: <$t as KernelArg>::PTX,
+                }),*],
+            }),*]
+        }
+
+        #[allow(clippy::too_many_arguments)]
+        impl Cuda {
+            $(
+                fn $name(
+                    &self,
+                    op: &'static str,
+                    cfg: LaunchConfig,
+                    $(mut $p: <$t as KernelArg>::Arg<'_>),*
+                ) -> DResult<()> {
+                    let mut launch_args = self.stream().launch_builder(&self.k().$name);
+                    $(<$t as KernelArg>::push(&mut launch_args, &mut $p);)*
+                    // SAFETY: the arguments have the kinds the kernel declares (the prototypes
+                    // generated from this table make any other definition fail to compile),
+                    // and every caller ran the op's `check` against the buffers' lengths.
+                    unsafe { launch_args.launch(cfg) }
+                        .map(|_| ())
+                        .map_err(|e| self.err(op, e))
+                }
+            )*
+        }
     };
 }
 
-kernels!(
-    k_fill,
-    k_axpy_range,
-    k_set_column,
-    k_bias_act,
-    k_act_backward,
-    k_col_sums_acc,
-    k_mul,
-    k_mul_acc,
-    k_l2norm,
-    k_l2norm_backward,
-    k_pair_dot,
-    k_pair_dot_backward_pass,
-    k_pair_dot_backward_serial,
-    k_gather_rows,
-    k_scatter_add_distinct,
-    k_scatter_add_serial,
-    k_probpair_bce,
-    k_pair_readout,
-    k_sq_error_grad,
-    k_sq_error_loss,
-    k_softmax_ce,
-    k_softmax_rows,
-    k_huber_l2,
-    k_eci_fuse,
-    k_sum_squares,
-    k_clip_coef,
-    k_clip_scale,
-    k_scale,
-    k_adam,
-    k_sgd,
-    k_scalars_fill,
-    k_scalar_axpy,
-    k_scalar_axpy_self,
-    k_scalar_to_grad,
-    k_softmax_backward,
-    k_pair_cobce,
-    k_pair_cobce_db,
-    k_spd_logdet_inverse,
-    k_student_t,
-    k_student_t_backward_rows,
-    k_student_t_backward_mu,
-    k_kl_target,
-    k_spherepair_bce,
-);
+kernels! {
+    fn k_fill(x: Out<f32>, v: f32, n: i64);
+    fn k_axpy_range(a: f32, src: In<f32>, so: i64, dst: Out<f32>, d0: i64, n: i64);
+    fn k_set_column(src: In<f32>, dst: Out<f32>, rows: i64, cols: i64, col: i64);
+    fn k_bias_act(y: Out<f32>, bias: In<f32>, has_bias: i32, rows: i64, cols: i64, act: i32);
+    fn k_act_backward(y: In<f32>, dy: In<f32>, dz: Out<f32>, n: i64, act: i32);
+    fn k_col_sums_acc(dz: In<f32>, rows: i64, cols: i64, db: Out<f32>);
+    fn k_mul(x: In<f32>, m: In<f32>, y: Out<f32>, n: i64);
+    fn k_mul_acc(dy: In<f32>, m: In<f32>, dx: Out<f32>, n: i64);
+    fn k_l2norm(x: In<f32>, rows: i64, cols: i64, eps: f32, y: Out<f32>, norms: Out<f32>);
+    fn k_l2norm_backward(
+        y: In<f32>, norms: In<f32>, eps: f32, dy: In<f32>, rows: i64, cols: i64, dx: Out<f32>,
+    );
+    fn k_pair_dot(
+        u: In<f32>, cols: i64, a: In<u32>, ao: i64, b: In<u32>, bo: i64, n: i64, out: Out<f32>,
+    );
+    fn k_pair_dot_backward_pass(
+        u: In<f32>, cols: i64, dst: In<u32>, d0: i64, src: In<u32>, s0: i64, g: In<f32>,
+        n: i64, du: Out<f32>,
+    );
+    fn k_pair_dot_backward_serial(
+        u: In<f32>, cols: i64, a: In<u32>, ao: i64, b: In<u32>, bo: i64, g: In<f32>, n: i64,
+        du: Out<f32>,
+    );
+    fn k_gather_rows(x: In<f32>, cols: i64, idx: In<u32>, off: i64, n: i64, out: Out<f32>);
+    fn k_scatter_add_distinct(
+        dout: In<f32>, cols: i64, idx: In<u32>, off: i64, n: i64, dx: Out<f32>,
+    );
+    fn k_scatter_add_serial(dout: In<f32>, cols: i64, idx: In<u32>, off: i64, n: i64, dx: Out<f32>);
+    fn k_probpair_bce(
+        c: In<f32>, m_raw: In<f32>, t_raw: In<f32>, y: In<f32>, w: In<f32>, n: i64, denom: f64,
+        dc: Out<f32>, out: Out<f64>, slot: i64,
+    );
+    fn k_pair_readout(
+        u: In<f32>, cols: i64, a: In<u32>, ao: i64, b: In<u32>, bo: i64, m_raw: In<f32>,
+        t_raw: In<f32>, n: i64, out: Out<f32>,
+    );
+    fn k_sq_error_grad(x: In<f32>, t: In<f32>, s2: f32, n: i64, dx: Out<f32>);
+    fn k_sq_error_loss(x: In<f32>, t: In<f32>, n: i64, scale: f64, out: Out<f64>, slot: i64);
+    fn k_softmax_ce(
+        logits: In<f32>, rows: i64, cols: i64, labels: In<u32>, lo: i64, dlogits: Out<f32>,
+        out: Out<f64>, slot: i64,
+    );
+    fn k_softmax_rows(logits: In<f32>, rows: i64, cols: i64, out: Out<f32>);
+    fn k_huber_l2(
+        p: In<f32>, t: In<f32>, w: In<f32>, has_w: i32, n: i64, delta: f64, smooth: i32,
+        lambda: f64, denom: f64, dp: Out<f32>, out: Out<f64>, slot: i64,
+    );
+    fn k_eci_fuse(
+        y: In<f32>, delta: In<f32>, y_oof: In<f32>, n: i64, xi: f64, gamma: f64, n0: f64,
+        y_bc: Out<f32>, w: Out<f32>,
+    );
+    fn k_sum_squares(x: In<f32>, n: i64, out: Out<f64>, slot: i64);
+    fn k_clip_coef(parts: Out<f64>, count: i64, max_norm: f64);
+    fn k_clip_scale(x: Out<f32>, n: i64, coef: In<f64>, slot: i64);
+    fn k_scale(x: Out<f32>, n: i64, s: f32);
+    fn k_adam(
+        p: Out<f32>, g: In<f32>, m: Out<f32>, v: Out<f32>, n: i64, b1: f32, b2: f32, ob1: f32,
+        ob2: f32, step_size: f32, bc2_sqrt: f32, eps: f32,
+    );
+    fn k_sgd(p: Out<f32>, g: In<f32>, buf: Out<f32>, n: i64, mu: f32, lr: f32, first: i32);
+    fn k_scalars_fill(s: Out<f64>, off: i64, n: i64, v: f64);
+    fn k_scalar_axpy(src: In<f64>, ss: i64, coef: f64, dst: Out<f64>, ds: i64, keep: i32);
+    fn k_scalar_axpy_self(s: Out<f64>, ss: i64, coef: f64, ds: i64, keep: i32);
+    fn k_scalar_to_grad(s: In<f64>, slot: i64, coef: f64, grad: Out<f32>);
+    fn k_softmax_backward(s: In<f32>, ds: In<f32>, rows: i64, cols: i64, dx: Out<f32>);
+    fn k_pair_cobce(
+        q: In<f32>, c: i64, n: i64, b_raw: In<f32>, has_b: i32, y: In<f32>, w: In<f32>,
+        eps: f64, denom: f64, dq: Out<f32>, g: Out<f64>, out: Out<f64>, slot: i64,
+    );
+    fn k_pair_cobce_db(q: In<f32>, c: i64, n: i64, b_raw: In<f32>, g: In<f64>, db: Out<f32>);
+    fn k_spd_logdet_inverse(
+        m: In<f32>, c: i64, eps: f64, out: Out<f64>, slot: i64, minv: Out<f32>,
+        scratch: Out<f64>,
+    );
+    fn k_student_t(
+        z: In<f32>, mu: In<f32>, rows: i64, d: i64, k: i64, alpha: f64, e: f64, q: Out<f32>,
+    );
+    fn k_student_t_backward_rows(
+        z: In<f32>, mu: In<f32>, q: In<f32>, dq: In<f32>, rows: i64, d: i64, k: i64,
+        alpha: f64, e: f64, dz: Out<f32>, tmp: Out<f64>,
+    );
+    fn k_student_t_backward_mu(
+        z: In<f32>, mu: In<f32>, tmp: In<f64>, rows: i64, d: i64, k: i64, alpha: f64,
+        dmu: Out<f32>,
+    );
+    fn k_kl_target(q: In<f32>, p: In<f32>, n: i64, denom: f64, dq: Out<f32>, out: Out<f64>, slot: i64);
+    fn k_spherepair_bce(
+        c: In<f32>, y: In<f32>, w: In<f32>, n: i64, denom: f64, dc: Out<f32>, out: Out<f64>,
+        slot: i64,
+    );
+}
+
+/// The exact text NVRTC compiles: `#define RED` and one `extern "C"` prototype per kernel of
+/// the table, generated here, then `cuda_kernels.cu` (its line numbers kept by `#line`).
+pub fn kernel_source() -> String {
+    let mut s = String::from("// Generated by upcc's cuda.rs from its kernel table.\n");
+    s.push_str(&format!("#define RED {RED}\n"));
+    for k in kernel_signatures() {
+        let params: Vec<String> = k
+            .params
+            .iter()
+            .map(|p| format!("{} {}", p.c_type, p.name))
+            .collect();
+        s.push_str(&format!(
+            "extern \"C\" __global__ void {}({});\n",
+            k.name,
+            params.join(", ")
+        ));
+    }
+    s.push_str("#line 1 \"cuda_kernels.cu\"\n");
+    s.push_str(SOURCE);
+    s
+}
+
+/// The kernels compiled for one architecture.
+#[derive(Clone, Debug)]
+pub struct CompiledKernels {
+    /// `sm_90`, ...
+    pub arch: String,
+    /// The options NVRTC was given.
+    pub options: Vec<String>,
+    /// The PTX NVRTC produced on the way (for inspection: the CUBIN is what is loaded).
+    pub ptx: String,
+    /// Machine code for `arch`.
+    pub cubin: Vec<u8>,
+}
+
+/// NVRTC's version, or why it cannot be loaded.
+pub fn nvrtc_version() -> Result<(i32, i32), String> {
+    // SAFETY: only tries to dlopen the library.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(format!(
+            "libnvrtc could not be loaded{}",
+            library_hint("libnvrtc.so")
+        ));
+    }
+    let (mut major, mut minor): (c_int, c_int) = (0, 0);
+    // SAFETY: writes two ints.
+    unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) }
+        .result()
+        .map_err(|e| format!("nvrtcVersion failed: {e:?}"))?;
+    Ok((major, minor))
+}
+
+/// Compile the kernels for `arch` (`sm_80`, `sm_90`, ...) with NVRTC, once per process and
+/// architecture: the same path [`Cuda::new`] takes. The error carries NVRTC's log, line by
+/// line.
+pub fn compile_kernels(arch: &str) -> Result<Arc<CompiledKernels>, String> {
+    type Cache = Mutex<BTreeMap<String, Result<Arc<CompiledKernels>, String>>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| Mutex::new(BTreeMap::new()));
+    let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(r) = cache.get(arch) {
+        return r.clone();
+    }
+    let r = compile_source(&kernel_source(), arch).map(Arc::new);
+    cache.insert(arch.to_string(), r.clone());
+    r
+}
+
+/// Compile `source` (normally [`kernel_source`]) for `arch`, uncached: what
+/// [`compile_kernels`] does, open for tests that compile a changed source.
+pub fn compile_source(source: &str, arch: &str) -> Result<CompiledKernels, String> {
+    use cudarc::nvrtc::{result as nv, sys as nvs};
+    let (major, minor) = nvrtc_version()?;
+    let src = CString::new(source).map_err(|e| format!("kernel source: {e}"))?;
+    let name = CString::new("cuda_kernels.cu").expect("no NUL");
+    // FMA contraction stays on (NVRTC's default, named so that a changed default cannot
+    // change bits unnoticed).
+    let options = vec![
+        format!("--gpu-architecture={arch}"),
+        "--fmad=true".to_string(),
+    ];
+    let prog = nv::create_program(&src, Some(&name))
+        .map_err(|e| format!("NVRTC {major}.{minor} could not create a program: {e:?}"))?;
+    // Destroy the program whatever happens below.
+    struct Program(nvs::nvrtcProgram);
+    impl Drop for Program {
+        fn drop(&mut self) {
+            // SAFETY: created above, destroyed once.
+            let _ = unsafe { nv::destroy_program(self.0) };
+        }
+    }
+    let prog = Program(prog);
+    // SAFETY: a live program and valid option strings.
+    if let Err(e) = unsafe { nv::compile_program(prog.0, &options) } {
+        // SAFETY: a live program.
+        let log = unsafe { nv::get_program_log(prog.0) }
+            .map(|raw| c_chars_to_string(&raw))
+            .unwrap_or_default();
+        return Err(format!(
+            "NVRTC {major}.{minor} could not compile upcc's kernels for {arch} ({:?}, options {}):\n{}",
+            e.0,
+            options.join(" "),
+            log.trim_end()
+        ));
+    }
+    // SAFETY: a compiled program.
+    let ptx = unsafe { nv::get_ptx(prog.0) }
+        .map(|raw| c_chars_to_string(&raw))
+        .map_err(|e| format!("NVRTC gave no PTX: {e:?}"))?;
+    let mut size = 0usize;
+    // SAFETY: writes one size.
+    unsafe { nvs::nvrtcGetCUBINSize(prog.0, &mut size) }
+        .result()
+        .map_err(|e| format!("NVRTC gave no machine code for {arch}: {e:?}"))?;
+    if size == 0 {
+        return Err(format!(
+            "NVRTC gave no machine code for `{arch}` (a virtual architecture?): name a real one such as sm_90"
+        ));
+    }
+    let mut cubin = vec![0u8; size];
+    // SAFETY: the buffer holds `size` bytes.
+    unsafe { nvs::nvrtcGetCUBIN(prog.0, cubin.as_mut_ptr().cast()) }
+        .result()
+        .map_err(|e| format!("NVRTC gave no machine code for {arch}: {e:?}"))?;
+    Ok(CompiledKernels {
+        arch: arch.to_string(),
+        options,
+        ptx,
+        cubin,
+    })
+}
+
+fn c_chars_to_string(raw: &[std::ffi::c_char]) -> String {
+    let bytes: Vec<u8> = raw
+        .iter()
+        .map(|&c| c as u8)
+        .take_while(|&b| b != 0)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Where a CUDA library that did not load may be: `; found in DIR: ...` when a usual
+/// directory has it, else the general advice.
+fn library_hint(lib: &str) -> String {
+    let mut dirs: Vec<std::path::PathBuf> = Vec::new();
+    if let Ok(entries) = std::fs::read_dir("/usr/local") {
+        let mut cuda: Vec<_> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("cuda"))
+            })
+            .collect();
+        cuda.sort();
+        for c in cuda {
+            dirs.push(c.join("targets/x86_64-linux/lib"));
+            dirs.push(c.join("lib64"));
+        }
+    }
+    dirs.push("/usr/local/nvidia/lib64".into());
+    dirs.push("/usr/lib/x86_64-linux-gnu".into());
+    let found = dirs.iter().find(|d| {
+        std::fs::read_dir(d).is_ok_and(|mut es| {
+            es.any(|e| {
+                e.ok()
+                    .and_then(|e| e.file_name().into_string().ok())
+                    .is_some_and(|n| n.starts_with(lib))
+            })
+        })
+    });
+    match found {
+        Some(d) => format!(
+            "; it is in {}: run with LD_LIBRARY_PATH={}:$LD_LIBRARY_PATH",
+            d.display(),
+            d.display()
+        ),
+        None => "; install the CUDA toolkit's libraries (13.x) and add their directory to LD_LIBRARY_PATH".into(),
+    }
+}
+
+/// Whether the CUDA driver library can be loaded at all.
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to dlopen the library.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+/// How many CUDA devices are visible (0 without a driver or when the driver fails).
+pub fn visible_devices() -> usize {
+    if !driver_present() || cudarc::driver::result::init().is_err() {
+        return 0;
+    }
+    cudarc::driver::result::device::get_count()
+        .map(|n| n.max(0) as usize)
+        .unwrap_or(0)
+}
+
+fn cu_name(e: &DriverError) -> String {
+    format!("{:?}", e.0)
+}
+
+/// Errors after which the context cannot be used again (CUDA's "sticky" errors).
+pub fn is_sticky(r: CUresult) -> bool {
+    matches!(
+        r,
+        CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
+            | CUresult::CUDA_ERROR_LAUNCH_FAILED
+            | CUresult::CUDA_ERROR_MISALIGNED_ADDRESS
+            | CUresult::CUDA_ERROR_ILLEGAL_INSTRUCTION
+            | CUresult::CUDA_ERROR_HARDWARE_STACK_ERROR
+            | CUresult::CUDA_ERROR_INVALID_PC
+            | CUresult::CUDA_ERROR_ASSERT
+            | CUresult::CUDA_ERROR_LAUNCH_TIMEOUT
+            | CUresult::CUDA_ERROR_ECC_UNCORRECTABLE
+            | CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED
+    )
+}
+
+/// What a GPU is, read from the driver and the libraries without creating a context or
+/// compiling anything: enough to name the numerics class (for keys) and the provenance facts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Probe {
+    pub ordinal: usize,
+    pub name: String,
+    pub compute_capability: (i32, i32),
+    pub multiprocessors: i32,
+    pub memory_bytes: usize,
+    pub driver_api: i32,
+    pub cublas: (i32, i32, i32),
+    pub nvrtc: (i32, i32),
+}
+
+impl Probe {
+    /// The real architecture the kernels are compiled for: `sm_90`, ...
+    pub fn arch(&self) -> String {
+        format!(
+            "sm_{}{}",
+            self.compute_capability.0, self.compute_capability.1
+        )
+    }
+
+    /// What can change output bits on this GPU: architecture, number of multiprocessors
+    /// (cuBLAS chooses its kernels by it), cuBLAS's version and NVRTC's (which makes the
+    /// kernels' machine code). `cuda-f32-sm90-132sm-cublas13.1.0-nvrtc13.0`.
+    pub fn numerics(&self) -> String {
+        let (cm, cn) = self.compute_capability;
+        let (bm, bn, bp) = self.cublas;
+        let (nm, nn) = self.nvrtc;
+        format!(
+            "cuda-f32-sm{cm}{cn}-{}sm-cublas{bm}.{bn}.{bp}-nvrtc{nm}.{nn}",
+            self.multiprocessors
+        )
+    }
+
+    /// Provenance: the numerics class and the facts behind it.
+    pub fn info(&self) -> DeviceInfo {
+        let (cm, cn) = self.compute_capability;
+        let (bm, bn, bp) = self.cublas;
+        let mut facts = vec![
+            ("gpu".to_string(), self.name.clone()),
+            ("compute_capability".to_string(), format!("{cm}.{cn}")),
+            (
+                "multiprocessors".to_string(),
+                self.multiprocessors.to_string(),
+            ),
+            (
+                "gpu_memory_bytes".to_string(),
+                self.memory_bytes.to_string(),
+            ),
+            (
+                "cuda_driver_api".to_string(),
+                format!(
+                    "{}.{}",
+                    self.driver_api / 1000,
+                    (self.driver_api % 1000) / 10
+                ),
+            ),
+            ("cublas".to_string(), format!("{bm}.{bn}.{bp}")),
+            (
+                "nvrtc".to_string(),
+                format!("{}.{}", self.nvrtc.0, self.nvrtc.1),
+            ),
+        ];
+        if let Ok(driver) = std::fs::read_to_string("/proc/driver/nvidia/version") {
+            if let Some(line) = driver.lines().next() {
+                facts.push(("nvidia_driver".into(), line.trim().to_string()));
+            }
+        }
+        DeviceInfo {
+            name: format!("cuda:{}", self.ordinal),
+            numerics: self.numerics(),
+            facts,
+        }
+    }
+}
+
+fn unavailable(ordinal: usize, message: impl Into<String>, fix: impl Into<String>) -> DeviceError {
+    DeviceError::Unavailable {
+        ordinal,
+        message: message.into(),
+        fix: fix.into(),
+    }
+}
+
+fn visible_env() -> String {
+    std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_else(|_| "unset".into())
+}
+
+/// Read what GPU `ordinal` is (after `CUDA_VISIBLE_DEVICES`) and whether cuBLAS and NVRTC
+/// load. [`DeviceError::NoDriver`] and [`DeviceError::NoDevice`] mean there is no GPU to use;
+/// [`DeviceError::Unavailable`] means there is one but something is missing, and says what
+/// to change.
+pub fn probe(ordinal: usize) -> DResult<Probe> {
+    use cudarc::driver::result as drv;
+    if !driver_present() {
+        return Err(DeviceError::NoDriver(
+            "libcuda.so could not be loaded (no NVIDIA driver on this machine?)".into(),
+        ));
+    }
+    if let Err(e) = drv::init() {
+        return Err(match e.0 {
+            CUresult::CUDA_ERROR_NO_DEVICE => DeviceError::NoDevice(format!(
+                "the driver reports no CUDA device (CUDA_VISIBLE_DEVICES={})",
+                visible_env()
+            )),
+            CUresult::CUDA_ERROR_STUB_LIBRARY => DeviceError::NoDriver(
+                "the libcuda.so found is the CUDA toolkit's stub, not a driver".into(),
+            ),
+            _ => unavailable(
+                ordinal,
+                format!("the CUDA driver failed to start ({})", cu_name(&e)),
+                "check that `nvidia-smi` works and that the driver matches its kernel module",
+            ),
+        });
+    }
+    let count = drv::device::get_count()
+        .map_err(|e| {
+            unavailable(
+                ordinal,
+                format!("cannot count devices ({})", cu_name(&e)),
+                "check that `nvidia-smi` works",
+            )
+        })?
+        .max(0) as usize;
+    if count == 0 {
+        return Err(DeviceError::NoDevice(format!(
+            "the driver sees 0 CUDA devices (CUDA_VISIBLE_DEVICES={})",
+            visible_env()
+        )));
+    }
+    if ordinal >= count {
+        return Err(unavailable(
+            ordinal,
+            format!(
+                "{count} CUDA device(s) visible (CUDA_VISIBLE_DEVICES={})",
+                visible_env()
+            ),
+            format!(
+                "name a device below {count}: --device cuda:0 … cuda:{}",
+                count - 1
+            ),
+        ));
+    }
+    let driver_err = |what: &str, e: DriverError| {
+        unavailable(
+            ordinal,
+            format!("cannot read the device's {what} ({})", cu_name(&e)),
+            "check that `nvidia-smi` works",
+        )
+    };
+    let dev = drv::device::get(ordinal as c_int).map_err(|e| driver_err("handle", e))?;
+    let name = drv::device::get_name(dev).unwrap_or_else(|_| "unknown GPU".into());
+    // SAFETY: reads attributes of a valid device handle.
+    let attr = |a: Attr| unsafe { drv::device::get_attribute(dev, a) };
+    let major = attr(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+        .map_err(|e| driver_err("compute capability", e))?;
+    let minor = attr(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
+        .map_err(|e| driver_err("compute capability", e))?;
+    let sms = attr(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        .map_err(|e| driver_err("multiprocessor count", e))?;
+    // SAFETY: a valid device handle.
+    let memory_bytes = unsafe { drv::device::total_mem(dev) }.unwrap_or(0);
+    let mut driver_api = 0i32;
+    // SAFETY: writes one int.
+    let _ = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut driver_api) };
+    // SAFETY: only tries to dlopen the library.
+    if !unsafe { blas_sys::is_culib_present() } {
+        return Err(unavailable(
+            ordinal,
+            "libcublas (CUDA's BLAS, which upcc's products run on) could not be loaded",
+            library_hint("libcublas.so")
+                .trim_start_matches("; ")
+                .to_string(),
+        ));
+    }
+    let mut cublas = [0i32; 3];
+    for (v, p) in cublas.iter_mut().zip([
+        blas_sys::libraryPropertyType::MAJOR_VERSION,
+        blas_sys::libraryPropertyType::MINOR_VERSION,
+        blas_sys::libraryPropertyType::PATCH_LEVEL,
+    ]) {
+        // SAFETY: writes one int.
+        unsafe { blas_sys::cublasGetProperty(p, v) }
+            .result()
+            .map_err(|e| {
+                unavailable(
+                    ordinal,
+                    format!("cuBLAS does not report its version ({e:?})"),
+                    "reinstall the CUDA toolkit's cuBLAS",
+                )
+            })?;
+    }
+    let nvrtc = nvrtc_version().map_err(|m| {
+        unavailable(
+            ordinal,
+            format!("{m} (NVRTC compiles upcc's kernels)"),
+            library_hint("libnvrtc.so")
+                .trim_start_matches("; ")
+                .to_string(),
+        )
+    })?;
+    Ok(Probe {
+        ordinal,
+        name,
+        compute_capability: (major, minor),
+        multiprocessors: sms,
+        memory_bytes,
+        driver_api,
+        cublas: (cublas[0], cublas[1], cublas[2]),
+        nvrtc,
+    })
+}
 
 /// What every stream of one context shares.
 struct Shared {
@@ -112,158 +715,106 @@ impl std::fmt::Debug for Cuda {
     }
 }
 
-/// The PTX of the kernels, compiled once per process.
-fn ptx() -> Result<String, String> {
-    static PTX: OnceLock<Result<String, String>> = OnceLock::new();
-    PTX.get_or_init(|| {
-        cudarc::nvrtc::compile_ptx(SOURCE)
-            .map(|p| p.to_src())
-            .map_err(|e| format!("NVRTC could not compile upcc's kernels: {e:?}"))
-    })
-    .clone()
-}
-
-fn unavailable(ordinal: usize, message: impl Into<String>) -> DeviceError {
-    DeviceError::Unavailable {
-        ordinal,
-        message: message.into(),
-    }
-}
-
-/// Whether the CUDA driver library can be loaded at all.
-pub fn driver_present() -> bool {
-    // SAFETY: only tries to dlopen the library.
-    unsafe { cudarc::driver::sys::is_culib_present() }
-}
-
-/// How many CUDA devices are visible (0 without a driver).
-pub fn visible_devices() -> usize {
-    if !driver_present() {
-        return 0;
-    }
-    CudaContext::device_count()
-        .map(|n| n.max(0) as usize)
-        .unwrap_or(0)
+/// An index vector on the GPU, with one more than its largest value (recorded at upload,
+/// where the host has the values: what [`check`] holds index values against).
+#[derive(Debug)]
+pub struct DevIdx {
+    buf: CudaSlice<u32>,
+    bound: usize,
 }
 
 impl Cuda {
-    /// Open CUDA device `ordinal` (after `CUDA_VISIBLE_DEVICES`). Fails with
-    /// [`DeviceError::NoDriver`] when no driver library loads, and with
-    /// [`DeviceError::Unavailable`] when the device, cuBLAS or NVRTC is missing.
+    /// Open CUDA device `ordinal` (after `CUDA_VISIBLE_DEVICES`): [`probe`] it, create its
+    /// context, compile the kernels for its architecture (once per process) and load them.
     pub fn new(ordinal: usize) -> DResult<Cuda> {
-        if !driver_present() {
-            return Err(DeviceError::NoDriver(
-                "libcuda.so could not be loaded (no NVIDIA driver on this machine?)".into(),
-            ));
-        }
-        let count = CudaContext::device_count()
-            .map_err(|e| unavailable(ordinal, format!("the driver failed to start: {e:?}")))?;
-        if ordinal >= count.max(0) as usize {
-            return Err(unavailable(
+        let probe = probe(ordinal)?;
+        let ctx = CudaContext::new(ordinal).map_err(|e| {
+            unavailable(
                 ordinal,
-                format!(
-                    "{count} CUDA device(s) visible (CUDA_VISIBLE_DEVICES={})",
-                    std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_else(|_| "unset".into())
-                ),
-            ));
-        }
-        // SAFETY: only try to dlopen the libraries.
-        if !unsafe { cudarc::cublas::sys::is_culib_present() } {
-            return Err(unavailable(
-                ordinal,
-                "libcublas could not be loaded; add the CUDA library directory to LD_LIBRARY_PATH",
-            ));
-        }
-        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-            return Err(unavailable(
-                ordinal,
-                "libnvrtc could not be loaded; add the CUDA library directory to LD_LIBRARY_PATH",
-            ));
-        }
-        let ctx = CudaContext::new(ordinal)
-            .map_err(|e| unavailable(ordinal, format!("cannot create a context: {e:?}")))?;
+                format!("cannot create a context ({})", cu_name(&e)),
+                "check that no other process holds the GPU in exclusive mode (`nvidia-smi`)",
+            )
+        })?;
         // One stream per node and no buffer crosses streams: cudarc's cross-stream events
         // would only add host work per launch.
         // SAFETY: every buffer is used only on the stream that allocated it.
         unsafe { ctx.disable_event_tracking() };
-        let ptx = ptx().map_err(|m| unavailable(ordinal, m))?;
+        let compiled = compile_kernels(&probe.arch()).map_err(|m| {
+            unavailable(
+                ordinal,
+                m,
+                "this NVRTC cannot build upcc's kernels for this GPU: use the NVRTC of the CUDA toolkit the driver supports (13.x), or report the log above; --device cpu computes on the CPU meanwhile",
+            )
+        })?;
         let module = ctx
-            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
-            .map_err(|e| unavailable(ordinal, format!("cannot load the kernels: {e:?}")))?;
-        let k = Kernels::load(&module)
-            .map_err(|e| unavailable(ordinal, format!("cannot load the kernels: {e:?}")))?;
-        let (major, minor) = ctx
-            .compute_capability()
-            .map_err(|e| unavailable(ordinal, format!("{e:?}")))?;
-        let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
-        let mut facts = vec![
-            ("gpu".to_string(), name.clone()),
-            ("compute_capability".to_string(), format!("{major}.{minor}")),
-        ];
-        if let Ok(mem) = ctx.total_mem() {
-            facts.push(("gpu_memory_bytes".into(), mem.to_string()));
-        }
-        let mut v = 0i32;
-        // SAFETY: writes one int.
-        if unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) }
-            == cudarc::driver::sys::CUresult::CUDA_SUCCESS
-        {
-            facts.push((
-                "cuda_driver_api".into(),
-                format!("{}.{}", v / 1000, (v % 1000) / 10),
-            ));
-        }
-        if let Ok(driver) = std::fs::read_to_string("/proc/driver/nvidia/version") {
-            if let Some(line) = driver.lines().next() {
-                facts.push(("nvidia_driver".into(), line.trim().to_string()));
-            }
-        }
+            .load_module(cudarc::nvrtc::Ptx::from_binary(compiled.cubin.clone()))
+            .map_err(|e| {
+                unavailable(
+                    ordinal,
+                    format!(
+                        "the driver cannot load the kernels NVRTC {}.{} built for {} ({})",
+                        probe.nvrtc.0,
+                        probe.nvrtc.1,
+                        probe.arch(),
+                        cu_name(&e)
+                    ),
+                    "use an NVRTC no newer than the driver's CUDA version (nvidia-smi shows it)",
+                )
+            })?;
+        let k = Kernels::load(&module).map_err(|e| {
+            unavailable(
+                ordinal,
+                format!("a kernel is missing from the module ({})", cu_name(&e)),
+                "this is a bug in upcc's kernel table; --device cpu computes on the CPU meanwhile",
+            )
+        })?;
         let shared = Arc::new(Shared {
             ordinal,
             ctx,
             k,
-            info: DeviceInfo {
-                name: format!("cuda:{ordinal}"),
-                numerics: format!("cuda-f32-sm{major}{minor}"),
-                facts,
-            },
+            info: probe.info(),
         });
-        let mut c = Self::on(shared)?;
-        let mut bv = 0i32;
-        // SAFETY: writes one int through a live handle.
-        if unsafe { blas_sys::cublasGetVersion_v2(*c.inner.blas.handle(), &mut bv) }
-            == blas_sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS
-        {
-            let inner = Arc::get_mut(&mut c.inner).expect("fresh");
-            let shared = Arc::get_mut(&mut inner.shared);
-            if let Some(s) = shared {
-                s.info.facts.push((
-                    "cublas".into(),
-                    format!("{}.{}.{}", bv / 10000, (bv % 10000) / 100, bv % 100),
-                ));
-            }
-        }
-        Ok(c)
+        Self::on(shared)
     }
 
     fn on(shared: Arc<Shared>) -> DResult<Cuda> {
         let ordinal = shared.ordinal;
+        let name = shared.info.name.clone();
+        let fail = |what: &'static str, e: String| {
+            unavailable(
+                ordinal,
+                format!("cannot create {what}: {e}"),
+                "check free GPU memory with `nvidia-smi`",
+            )
+        };
+        // After a sticky error every call on the context fails with it: the GPU is lost.
+        let driver_fail = |what: &'static str, e: DriverError| {
+            if is_sticky(e.0) {
+                DeviceError::Fatal {
+                    device: name.clone(),
+                    op: what,
+                    message: cu_name(&e),
+                }
+            } else {
+                fail(what, cu_name(&e))
+            }
+        };
         let stream = shared
             .ctx
             .new_stream()
-            .map_err(|e| unavailable(ordinal, format!("cannot create a stream: {e:?}")))?;
-        let blas = CudaBlas::new(stream.clone())
-            .map_err(|e| unavailable(ordinal, format!("cannot create a cuBLAS handle: {e:?}")))?;
+            .map_err(|e| driver_fail("a stream", e))?;
+        let blas =
+            CudaBlas::new(stream.clone()).map_err(|e| fail("a cuBLAS handle", format!("{e:?}")))?;
         // fp32 products in plain fp32: no TF32 tensor-op math.
         // SAFETY: sets a mode on a live handle.
         unsafe {
             blas_sys::cublasSetMathMode(*blas.handle(), blas_sys::cublasMath_t::CUBLAS_DEFAULT_MATH)
         }
         .result()
-        .map_err(|e| unavailable(ordinal, format!("cannot set the cuBLAS math mode: {e:?}")))?;
+        .map_err(|e| fail("the cuBLAS math mode", format!("{e:?}")))?;
         let dummy = stream
             .alloc_zeros::<f32>(1)
-            .map_err(|e| unavailable(ordinal, format!("cannot allocate: {e:?}")))?;
+            .map_err(|e| driver_fail("a buffer", e))?;
         Ok(Cuda {
             inner: Arc::new(Inner {
                 shared,
@@ -279,7 +830,7 @@ impl Cuda {
         Self::on(self.inner.shared.clone())
     }
 
-    /// Provenance facts: GPU model, compute capability, driver, CUDA and cuBLAS versions.
+    /// Provenance facts: GPU model, compute capability, driver, CUDA, cuBLAS and NVRTC versions.
     pub fn info(&self) -> DeviceInfo {
         self.inner.shared.info.clone()
     }
@@ -298,16 +849,33 @@ impl Cuda {
     }
 
     fn err(&self, op: &'static str, e: DriverError) -> DeviceError {
-        if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
-            return DeviceError::OutOfMemory {
-                device: self.name_(),
-                bytes: 0,
-            };
+        let device = self.name_();
+        let message = match e.error_string() {
+            Ok(s) => format!("{} ({})", cu_name(&e), s.to_string_lossy()),
+            Err(_) => cu_name(&e),
+        };
+        if e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+            DeviceError::OutOfMemory { device, bytes: 0 }
+        } else if is_sticky(e.0) {
+            DeviceError::Fatal {
+                device,
+                op,
+                message,
+            }
+        } else {
+            DeviceError::Backend {
+                device,
+                op,
+                message,
+            }
         }
+    }
+
+    fn too_large(&self, op: &'static str, what: String) -> DeviceError {
         DeviceError::Backend {
             device: self.name_(),
             op,
-            message: format!("{e:?}"),
+            message: format!("{what}: too large for one launch"),
         }
     }
 
@@ -325,7 +893,14 @@ impl Cuda {
     ) -> DResult<CudaSlice<T>> {
         let s = self.stream();
         if len == 0 {
-            return s.null().map_err(|e| self.err("alloc", e));
+            // A zero-byte allocation is refused by some drivers (CUDA_ERROR_INVALID_VALUE, as
+            // cudarc issue #194 reports for `null()`): an empty buffer owns one element instead,
+            // which its drop frees like any other.
+            let one = s.alloc_zeros::<T>(1).map_err(|e| self.err("alloc", e))?;
+            let ptr = one.leak();
+            // SAFETY: `ptr` was allocated on this stream for one element and is no longer owned
+            // by anything else; a length of 0 never reads it.
+            return Ok(unsafe { s.upgrade_device_ptr::<T>(ptr, 0) });
         }
         s.alloc_zeros::<T>(len)
             .map_err(|e| match self.err("alloc", e) {
@@ -337,14 +912,29 @@ impl Cuda {
             })
     }
 
-    fn grid(n: usize) -> LaunchConfig {
-        LaunchConfig {
-            grid_dim: ((n as u32).div_ceil(BLOCK).max(1), 1, 1),
-            block_dim: (BLOCK, 1, 1),
-            shared_mem_bytes: 0,
+    /// `blocks` blocks of `threads` (x, y) threads, refused beyond the launch limits.
+    fn blocks(
+        &self,
+        op: &'static str,
+        blocks: usize,
+        threads: (u32, u32),
+    ) -> DResult<LaunchConfig> {
+        if blocks > MAX_GRID {
+            return Err(self.too_large(op, format!("{blocks} blocks")));
         }
+        Ok(LaunchConfig {
+            grid_dim: (blocks.max(1) as u32, 1, 1),
+            block_dim: (threads.0, threads.1, 1),
+            shared_mem_bytes: 0,
+        })
     }
 
+    /// One thread per element of `n`.
+    fn grid(&self, op: &'static str, n: usize) -> DResult<LaunchConfig> {
+        self.blocks(op, n.div_ceil(BLOCK as usize), (BLOCK, 1))
+    }
+
+    /// One block of `RED` threads (the single-block reductions).
     fn one_block() -> LaunchConfig {
         LaunchConfig {
             grid_dim: (1, 1, 1),
@@ -360,17 +950,15 @@ impl Cuda {
             shared_mem_bytes: 0,
         }
     }
+
+    fn shape(&self, i: Ix<'_, DevIdx>) -> check::IxShape {
+        Device::<f32>::ix_shape(self, i)
+    }
 }
 
-/// Launch `$f` with `$cfg` and the listed arguments (references), mapping errors.
-macro_rules! launch {
-    ($self:expr, $op:literal, $f:ident, $cfg:expr, [$($arg:expr),* $(,)?]) => {{
-        let mut b = $self.stream().launch_builder(&$self.k().$f);
-        $( b.arg($arg); )*
-        // SAFETY: every kernel checks its bounds against the lengths passed with the buffers,
-        // and the callers assert those lengths match the buffers.
-        unsafe { b.launch($cfg) }.map(|_| ()).map_err(|e| $self.err($op, e))
-    }};
+/// usize → i64 for kernel arguments (every size here fits: buffers are far below 2⁶³).
+fn i(n: usize) -> i64 {
+    n as i64
 }
 
 fn act_code(a: Act) -> i32 {
@@ -383,7 +971,7 @@ fn act_code(a: Act) -> i32 {
 
 impl Device<f32> for Cuda {
     type Buf = CudaSlice<f32>;
-    type Idx = CudaSlice<u32>;
+    type Idx = DevIdx;
     type Scalars = CudaSlice<f64>;
 
     fn name(&self) -> String {
@@ -426,20 +1014,14 @@ impl Device<f32> for Cuda {
         buf.len()
     }
     fn fill(&self, buf: &mut CudaSlice<f32>, value: f32) -> DResult<()> {
-        let n = buf.len() as I64;
+        let n = buf.len();
         if n == 0 {
             return Ok(());
         }
-        launch!(
-            self,
-            "fill",
-            k_fill,
-            Self::grid(n as usize),
-            [buf, &value, &n]
-        )
+        self.k_fill("fill", self.grid("fill", n)?, buf, value, i(n))
     }
     fn write(&self, dst: &mut CudaSlice<f32>, src: &[f32]) -> DResult<()> {
-        assert_eq!(dst.len(), src.len(), "write: length mismatch");
+        check::write(dst.len(), src.len());
         if src.is_empty() {
             return Ok(());
         }
@@ -455,7 +1037,7 @@ impl Device<f32> for Cuda {
         dst_off: usize,
         len: usize,
     ) -> DResult<()> {
-        assert!(src_off + len <= src.len() && dst_off + len <= dst.len());
+        check::copy_range("copy_range", src.len(), src_off, dst.len(), dst_off, len);
         if len == 0 {
             return Ok(());
         }
@@ -474,18 +1056,12 @@ impl Device<f32> for Cuda {
         dst_off: usize,
         len: usize,
     ) -> DResult<()> {
-        assert!(src_off + len <= src.len() && dst_off + len <= dst.len());
+        check::copy_range("axpy_range", src.len(), src_off, dst.len(), dst_off, len);
         if len == 0 {
             return Ok(());
         }
-        let (so, d0, n) = (src_off as I64, dst_off as I64, len as I64);
-        launch!(
-            self,
-            "axpy",
-            k_axpy_range,
-            Self::grid(len),
-            [&alpha, src, &so, dst, &d0, &n]
-        )
+        let cfg = self.grid("axpy", len)?;
+        self.k_axpy_range("axpy", cfg, alpha, src, i(src_off), dst, i(dst_off), i(len))
     }
     fn set_column(
         &self,
@@ -495,31 +1071,29 @@ impl Device<f32> for Cuda {
         cols: usize,
         col: usize,
     ) -> DResult<()> {
-        assert!(col < cols && src.len() == rows && dst.len() == rows * cols);
+        check::set_column(src.len(), dst.len(), rows, cols, col);
         if rows == 0 {
             return Ok(());
         }
-        let (r, c, k) = (rows as I64, cols as I64, col as I64);
-        launch!(
-            self,
-            "set_column",
-            k_set_column,
-            Self::grid(rows),
-            [src, dst, &r, &c, &k]
-        )
+        let cfg = self.grid("set_column", rows)?;
+        self.k_set_column("set_column", cfg, src, dst, i(rows), i(cols), i(col))
     }
 
-    fn upload_idx(&self, data: &[u32]) -> DResult<CudaSlice<u32>> {
-        let mut b = self.alloc::<u32>(data.len())?;
+    fn upload_idx(&self, data: &[u32]) -> DResult<DevIdx> {
+        let mut buf = self.alloc::<u32>(data.len())?;
         if !data.is_empty() {
             self.stream()
-                .memcpy_htod(data, &mut b)
+                .memcpy_htod(data, &mut buf)
                 .map_err(|e| self.err("upload", e))?;
         }
-        Ok(b)
+        let bound = data.iter().max().map_or(0, |&m| m as usize + 1);
+        Ok(DevIdx { buf, bound })
     }
-    fn idx_len(&self, idx: &CudaSlice<u32>) -> usize {
-        idx.len()
+    fn idx_len(&self, idx: &DevIdx) -> usize {
+        idx.buf.len()
+    }
+    fn idx_bound(&self, idx: &DevIdx) -> usize {
+        idx.bound
     }
 
     fn scalars(&self, len: usize) -> DResult<CudaSlice<f64>> {
@@ -534,18 +1108,12 @@ impl Device<f32> for Cuda {
             .map_err(|e| self.err("download", e))
     }
     fn scalars_fill(&self, s: &mut CudaSlice<f64>, value: f64) -> DResult<()> {
-        let n = s.len() as I64;
+        let n = s.len();
         if n == 0 {
             return Ok(());
         }
-        let off: I64 = 0;
-        launch!(
-            self,
-            "scalars",
-            k_scalars_fill,
-            Self::grid(n as usize),
-            [s, &off, &n, &value]
-        )
+        let cfg = self.grid("scalars", n)?;
+        self.k_scalars_fill("scalars", cfg, s, 0, i(n), value)
     }
     fn scalars_combine(
         &self,
@@ -553,26 +1121,13 @@ impl Device<f32> for Cuda {
         dst: usize,
         terms: &[(usize, f64)],
     ) -> DResult<()> {
-        let d = dst as I64;
+        check::scalars_combine(s.len(), dst, terms);
         if terms.is_empty() {
-            let (one, zero) = (1 as I64, 0.0f64);
-            return launch!(
-                self,
-                "scalars",
-                k_scalars_fill,
-                Self::single(),
-                [s, &d, &one, &zero]
-            );
+            return self.k_scalars_fill("scalars", Self::single(), s, i(dst), 1, 0.0);
         }
-        for (i, &(src, coef)) in terms.iter().enumerate() {
-            let (ss, keep) = (src as I64, i32::from(i > 0));
-            launch!(
-                self,
-                "scalars",
-                k_scalar_axpy_self,
-                Self::single(),
-                [&mut *s, &ss, &coef, &d, &keep]
-            )?;
+        for (k, &(src, coef)) in terms.iter().enumerate() {
+            let keep = i32::from(k > 0);
+            self.k_scalar_axpy_self("scalars", Self::single(), s, i(src), coef, i(dst), keep)?;
         }
         Ok(())
     }
@@ -584,13 +1139,17 @@ impl Device<f32> for Cuda {
         dst: &mut CudaSlice<f64>,
         dst_slot: usize,
     ) -> DResult<()> {
-        let (ss, ds, keep) = (src_slot as I64, dst_slot as I64, 1i32);
-        launch!(
-            self,
+        check::scalars_accumulate(src.len(), src_slot, dst.len(), dst_slot);
+        let single = Self::single();
+        self.k_scalar_axpy(
             "scalars",
-            k_scalar_axpy,
-            Self::single(),
-            [src, &ss, &coef, dst, &ds, &keep]
+            single,
+            src,
+            i(src_slot),
+            coef,
+            dst,
+            i(dst_slot),
+            1,
         )
     }
     fn scalar_to_grad(
@@ -600,14 +1159,8 @@ impl Device<f32> for Cuda {
         coef: f64,
         grad: &mut CudaSlice<f32>,
     ) -> DResult<()> {
-        let sl = slot as I64;
-        launch!(
-            self,
-            "scalars",
-            k_scalar_to_grad,
-            Self::single(),
-            [s, &sl, &coef, grad]
-        )
+        check::scalar_to_grad(s.len(), slot, grad.len());
+        self.k_scalar_to_grad("scalars", Self::single(), s, i(slot), coef, grad)
     }
 
     fn gemm(
@@ -617,6 +1170,7 @@ impl Device<f32> for Cuda {
         b: &CudaSlice<f32>,
         c: &mut CudaSlice<f32>,
     ) -> DResult<()> {
+        check::gemm(spec, a.len(), b.len(), c.len());
         let GemmSpec {
             m,
             n,
@@ -625,24 +1179,6 @@ impl Device<f32> for Cuda {
             b_t,
             accumulate,
         } = spec;
-        assert_eq!(
-            a.len(),
-            m * k,
-            "gemm: A has {} elements, expected {m}×{k}",
-            a.len()
-        );
-        assert_eq!(
-            b.len(),
-            k * n,
-            "gemm: B has {} elements, expected {k}×{n}",
-            b.len()
-        );
-        assert_eq!(
-            c.len(),
-            m * n,
-            "gemm: C has {} elements, expected {m}×{n}",
-            c.len()
-        );
         if m == 0 || n == 0 {
             return Ok(());
         }
@@ -653,21 +1189,24 @@ impl Device<f32> for Cuda {
                 self.fill(c, 0.0)
             };
         }
+        let dim = |v: usize| {
+            i32::try_from(v).map_err(|_| self.too_large("cublasSgemm", format!("dimension {v}")))
+        };
         // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: cuBLAS gets B first.
         use blas_sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
         let cfg = GemmConfig {
             transa: if b_t { CUBLAS_OP_T } else { CUBLAS_OP_N },
             transb: if a_t { CUBLAS_OP_T } else { CUBLAS_OP_N },
-            m: n as i32,
-            n: m as i32,
-            k: k as i32,
+            m: dim(n)?,
+            n: dim(m)?,
+            k: dim(k)?,
             alpha: 1.0f32,
-            lda: if b_t { k } else { n } as i32,
-            ldb: if a_t { m } else { k } as i32,
+            lda: dim(if b_t { k } else { n })?,
+            ldb: dim(if a_t { m } else { k })?,
             beta: if accumulate { 1.0f32 } else { 0.0 },
-            ldc: n as i32,
+            ldc: dim(n)?,
         };
-        // SAFETY: the shapes were asserted against the buffer lengths above.
+        // SAFETY: the shapes were checked against the buffer lengths above.
         unsafe { self.inner.blas.gemm(cfg, b, a, c) }.map_err(|e| DeviceError::Backend {
             device: self.name_(),
             op: "cublasSgemm",
@@ -698,24 +1237,14 @@ impl Device<f32> for Cuda {
         cols: usize,
         act: Act,
     ) -> DResult<()> {
-        assert_eq!(y.len(), rows * cols);
+        check::bias_act(y.len(), bias.map(|b| b.len()), rows, cols);
         if bias.is_none() && act == Act::Identity || rows * cols == 0 {
             return Ok(());
         }
-        let (r, c, a, has) = (
-            rows as I64,
-            cols as I64,
-            act_code(act),
-            i32::from(bias.is_some()),
-        );
+        let has = i32::from(bias.is_some());
         let bv = bias.unwrap_or(&self.inner.dummy);
-        launch!(
-            self,
-            "bias_act",
-            k_bias_act,
-            Self::grid(rows * cols),
-            [y, bv, &has, &r, &c, &a]
-        )
+        let cfg = self.grid("bias_act", rows * cols)?;
+        self.k_bias_act("bias_act", cfg, y, bv, has, i(rows), i(cols), act_code(act))
     }
     fn act_backward(
         &self,
@@ -724,19 +1253,13 @@ impl Device<f32> for Cuda {
         dz: &mut CudaSlice<f32>,
         act: Act,
     ) -> DResult<()> {
-        assert!(y.len() == dy.len() && dz.len() == dy.len());
-        let n = dy.len() as I64;
+        check::elementwise("act_backward", &[dy.len(), y.len(), dz.len()]);
+        let n = dy.len();
         if n == 0 {
             return Ok(());
         }
-        let a = act_code(act);
-        launch!(
-            self,
-            "act_backward",
-            k_act_backward,
-            Self::grid(n as usize),
-            [y, dy, dz, &n, &a]
-        )
+        let cfg = self.grid("act_backward", n)?;
+        self.k_act_backward("act_backward", cfg, y, dy, dz, i(n), act_code(act))
     }
     fn col_sums_acc(
         &self,
@@ -745,20 +1268,16 @@ impl Device<f32> for Cuda {
         cols: usize,
         db: &mut CudaSlice<f32>,
     ) -> DResult<()> {
-        assert!(dz.len() == rows * cols && db.len() == cols);
+        check::col_sums(dz.len(), rows, cols, db.len());
         if cols == 0 {
             return Ok(());
         }
-        let (r, c) = (rows as I64, cols as I64);
-        let cfg = LaunchConfig {
-            grid_dim: ((cols as u32).div_ceil(32), 1, 1),
-            block_dim: (32, 8, 1),
-            shared_mem_bytes: 0,
-        };
-        launch!(self, "col_sums", k_col_sums_acc, cfg, [dz, &r, &c, db])
+        // 32 columns per block, 8 row strides per column (the kernel assumes both).
+        let cfg = self.blocks("col_sums", cols.div_ceil(32), (32, 8))?;
+        self.k_col_sums_acc("col_sums", cfg, dz, i(rows), i(cols), db)
     }
     fn axpy(&self, alpha: f32, src: &CudaSlice<f32>, dst: &mut CudaSlice<f32>) -> DResult<()> {
-        assert_eq!(src.len(), dst.len());
+        check::elementwise("axpy", &[src.len(), dst.len()]);
         let n = src.len();
         self.axpy_range(alpha, src, 0, dst, 0, n)
     }
@@ -768,12 +1287,12 @@ impl Device<f32> for Cuda {
         mask: &CudaSlice<f32>,
         y: &mut CudaSlice<f32>,
     ) -> DResult<()> {
-        assert!(x.len() == mask.len() && y.len() == x.len());
-        let n = x.len() as I64;
+        check::elementwise("mul", &[x.len(), mask.len(), y.len()]);
+        let n = x.len();
         if n == 0 {
             return Ok(());
         }
-        launch!(self, "mul", k_mul, Self::grid(n as usize), [x, mask, y, &n])
+        self.k_mul("mul", self.grid("mul", n)?, x, mask, y, i(n))
     }
     fn mul_acc(
         &self,
@@ -781,18 +1300,12 @@ impl Device<f32> for Cuda {
         mask: &CudaSlice<f32>,
         dx: &mut CudaSlice<f32>,
     ) -> DResult<()> {
-        assert!(dy.len() == mask.len() && dx.len() == dy.len());
-        let n = dy.len() as I64;
+        check::elementwise("mul_acc", &[dy.len(), mask.len(), dx.len()]);
+        let n = dy.len();
         if n == 0 {
             return Ok(());
         }
-        launch!(
-            self,
-            "mul_acc",
-            k_mul_acc,
-            Self::grid(n as usize),
-            [dy, mask, dx, &n]
-        )
+        self.k_mul_acc("mul_acc", self.grid("mul_acc", n)?, dy, mask, dx, i(n))
     }
 
     fn l2norm(
@@ -804,17 +1317,13 @@ impl Device<f32> for Cuda {
         y: &mut CudaSlice<f32>,
         norms: &mut CudaSlice<f32>,
     ) -> DResult<()> {
-        assert!(x.len() == rows * cols && y.len() == x.len() && norms.len() == rows);
+        check::rowwise("l2norm", rows, cols, &[x.len(), y.len()], &[norms.len()]);
         if rows == 0 {
             return Ok(());
         }
-        let (r, c) = (rows as I64, cols as I64);
-        let cfg = LaunchConfig {
-            grid_dim: (rows as u32, 1, 1),
-            block_dim: (RED, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        launch!(self, "l2norm", k_l2norm, cfg, [x, &r, &c, &eps, y, norms])
+        // One block of RED threads per row.
+        let cfg = self.blocks("l2norm", rows, (RED, 1))?;
+        self.k_l2norm("l2norm", cfg, x, i(rows), i(cols), eps, y, norms)
     }
     fn l2norm_backward(
         &self,
@@ -826,136 +1335,106 @@ impl Device<f32> for Cuda {
         cols: usize,
         dx: &mut CudaSlice<f32>,
     ) -> DResult<()> {
-        assert!(y.len() == rows * cols && dy.len() == y.len() && dx.len() == y.len());
+        check::rowwise(
+            "l2norm_backward",
+            rows,
+            cols,
+            &[y.len(), dy.len(), dx.len()],
+            &[norms.len()],
+        );
         if rows == 0 {
             return Ok(());
         }
-        let (r, c) = (rows as I64, cols as I64);
-        let cfg = LaunchConfig {
-            grid_dim: (rows as u32, 1, 1),
-            block_dim: (RED, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        launch!(
-            self,
-            "l2norm_backward",
-            k_l2norm_backward,
-            cfg,
-            [y, norms, &eps, dy, &r, &c, dx]
-        )
+        let cfg = self.blocks("l2norm_backward", rows, (RED, 1))?;
+        let op = "l2norm_backward";
+        self.k_l2norm_backward(op, cfg, y, norms, eps, dy, i(rows), i(cols), dx)
     }
 
     fn pair_dot(
         &self,
         u: &CudaSlice<f32>,
         cols: usize,
-        a: Ix<'_, CudaSlice<u32>>,
-        b: Ix<'_, CudaSlice<u32>>,
+        a: Ix<'_, DevIdx>,
+        b: Ix<'_, DevIdx>,
         out: &mut CudaSlice<f32>,
     ) -> DResult<()> {
-        assert!(a.len == b.len && out.len() == a.len);
-        assert!(a.off + a.len <= a.buf.len() && b.off + b.len <= b.buf.len());
+        check::pairs(
+            "pair_dot",
+            u.len(),
+            cols,
+            self.shape(a),
+            self.shape(b),
+            &[out.len()],
+        );
         if a.len == 0 {
             return Ok(());
         }
-        let (c, ao, bo, n) = (cols as I64, a.off as I64, b.off as I64, a.len as I64);
-        launch!(
-            self,
-            "pair_dot",
-            k_pair_dot,
-            Self::grid(a.len),
-            [u, &c, a.buf, &ao, b.buf, &bo, &n, out]
-        )
+        let cfg = self.grid("pair_dot", a.len)?;
+        let (ab, bb) = (&a.buf.buf, &b.buf.buf);
+        let (ao, bo, n) = (i(a.off), i(b.off), i(a.len));
+        self.k_pair_dot("pair_dot", cfg, u, i(cols), ab, ao, bb, bo, n, out)
     }
     fn pair_dot_backward(
         &self,
         u: &CudaSlice<f32>,
         cols: usize,
-        a: Ix<'_, CudaSlice<u32>>,
-        b: Ix<'_, CudaSlice<u32>>,
+        a: Ix<'_, DevIdx>,
+        b: Ix<'_, DevIdx>,
         g: &CudaSlice<f32>,
         du: &mut CudaSlice<f32>,
     ) -> DResult<()> {
-        assert!(a.len == b.len && g.len() == a.len && du.len() == u.len());
+        let op = "pair_dot_backward";
+        check::pairs(op, u.len(), cols, self.shape(a), self.shape(b), &[g.len()]);
+        check::elementwise(op, &[u.len(), du.len()]);
         if a.len == 0 || cols == 0 {
             return Ok(());
         }
-        let (c, ao, bo, n) = (cols as I64, a.off as I64, b.off as I64, a.len as I64);
+        let (ab, bb) = (&a.buf.buf, &b.buf.buf);
+        let (c, ao, bo, n) = (i(cols), i(a.off), i(b.off), i(a.len));
         if a.distinct && b.distinct {
             // Two passes, each over distinct destination rows.
-            launch!(
-                self,
-                "pair_dot_backward",
-                k_pair_dot_backward_pass,
-                Self::grid(a.len * cols),
-                [u, &c, a.buf, &ao, b.buf, &bo, g, &n, &mut *du]
-            )?;
-            launch!(
-                self,
-                "pair_dot_backward",
-                k_pair_dot_backward_pass,
-                Self::grid(a.len * cols),
-                [u, &c, b.buf, &bo, a.buf, &ao, g, &n, du]
-            )
+            let cfg = self.grid(op, a.len * cols)?;
+            self.k_pair_dot_backward_pass(op, cfg, u, c, ab, ao, bb, bo, g, n, &mut *du)?;
+            self.k_pair_dot_backward_pass(op, cfg, u, c, bb, bo, ab, ao, g, n, du)
         } else {
-            launch!(
-                self,
-                "pair_dot_backward",
-                k_pair_dot_backward_serial,
-                Self::grid(cols),
-                [u, &c, a.buf, &ao, b.buf, &bo, g, &n, du]
-            )
+            let cfg = self.grid(op, cols)?;
+            self.k_pair_dot_backward_serial(op, cfg, u, c, ab, ao, bb, bo, g, n, du)
         }
     }
     fn gather_rows(
         &self,
         x: &CudaSlice<f32>,
         cols: usize,
-        idx: Ix<'_, CudaSlice<u32>>,
+        idx: Ix<'_, DevIdx>,
         out: &mut CudaSlice<f32>,
     ) -> DResult<()> {
-        assert_eq!(out.len(), idx.len * cols);
-        assert!(idx.off + idx.len <= idx.buf.len());
+        check::rows_indexed("gather_rows", x.len(), cols, self.shape(idx), out.len());
         if idx.len * cols == 0 {
             return Ok(());
         }
-        let (c, o, n) = (cols as I64, idx.off as I64, idx.len as I64);
-        launch!(
-            self,
-            "gather",
-            k_gather_rows,
-            Self::grid(idx.len * cols),
-            [x, &c, idx.buf, &o, &n, out]
-        )
+        let cfg = self.grid("gather", idx.len * cols)?;
+        let (ib, o, n) = (&idx.buf.buf, i(idx.off), i(idx.len));
+        self.k_gather_rows("gather", cfg, x, i(cols), ib, o, n, out)
     }
     fn scatter_add_rows(
         &self,
         dout: &CudaSlice<f32>,
         cols: usize,
-        idx: Ix<'_, CudaSlice<u32>>,
+        idx: Ix<'_, DevIdx>,
         dx: &mut CudaSlice<f32>,
     ) -> DResult<()> {
-        assert_eq!(dout.len(), idx.len * cols);
+        let op = "scatter_add_rows";
+        check::rows_indexed(op, dx.len(), cols, self.shape(idx), dout.len());
         if idx.len * cols == 0 {
             return Ok(());
         }
-        let (c, o, n) = (cols as I64, idx.off as I64, idx.len as I64);
+        let (ib, o, n, c) = (&idx.buf.buf, i(idx.off), i(idx.len), i(cols));
         if idx.distinct {
-            launch!(
-                self,
-                "scatter",
-                k_scatter_add_distinct,
-                Self::grid(idx.len * cols),
-                [dout, &c, idx.buf, &o, &n, dx]
-            )
+            let cfg = self.grid(op, idx.len * cols)?;
+            self.k_scatter_add_distinct(op, cfg, dout, c, ib, o, n, dx)
         } else {
-            launch!(
-                self,
-                "scatter",
-                k_scatter_add_serial,
-                Self::grid(cols),
-                [dout, &c, idx.buf, &o, &n, dx]
-            )
+            let cfg = self.grid(op, cols)?;
+            self.k_scatter_add_serial(op, cfg, dout, c, ib, o, n, dx)
         }
     }
 
@@ -971,38 +1450,58 @@ impl Device<f32> for Cuda {
         out: &mut CudaSlice<f64>,
         slot: usize,
     ) -> DResult<()> {
-        assert!(y.len() == c.len() && w.len() == c.len() && dc.len() == c.len());
-        let (n, sl) = (c.len() as I64, slot as I64);
-        launch!(
-            self,
-            "probpair_bce",
-            k_probpair_bce,
+        let op = "probpair_bce";
+        check::loss(
+            op,
+            &[c.len(), y.len(), w.len(), dc.len()],
+            &[m_raw.len(), t_raw.len()],
+            out.len(),
+            slot,
+            3,
+        );
+        let (n, sl) = (i(c.len()), i(slot));
+        self.k_probpair_bce(
+            op,
             Self::one_block(),
-            [c, m_raw, t_raw, y, w, &n, &denom, dc, out, &sl]
+            c,
+            m_raw,
+            t_raw,
+            y,
+            w,
+            n,
+            denom,
+            dc,
+            out,
+            sl,
         )
     }
     fn pair_readout(
         &self,
         u: &CudaSlice<f32>,
         cols: usize,
-        a: Ix<'_, CudaSlice<u32>>,
-        b: Ix<'_, CudaSlice<u32>>,
+        a: Ix<'_, DevIdx>,
+        b: Ix<'_, DevIdx>,
         m_raw: &CudaSlice<f32>,
         t_raw: &CudaSlice<f32>,
         out: &mut CudaSlice<f32>,
     ) -> DResult<()> {
-        assert!(a.len == b.len && out.len() == a.len);
+        let op = "pair_readout";
+        check::pairs(
+            op,
+            u.len(),
+            cols,
+            self.shape(a),
+            self.shape(b),
+            &[out.len()],
+        );
+        check::loss(op, &[], &[m_raw.len(), t_raw.len()], 0, 0, 0);
         if a.len == 0 {
             return Ok(());
         }
-        let (c, ao, bo, n) = (cols as I64, a.off as I64, b.off as I64, a.len as I64);
-        launch!(
-            self,
-            "pair_readout",
-            k_pair_readout,
-            Self::grid(a.len),
-            [u, &c, a.buf, &ao, b.buf, &bo, m_raw, t_raw, &n, out]
-        )
+        let cfg = self.grid(op, a.len)?;
+        let (ab, bb) = (&a.buf.buf, &b.buf.buf);
+        let (c, ao, bo, n) = (i(cols), i(a.off), i(b.off), i(a.len));
+        self.k_pair_readout(op, cfg, u, c, ab, ao, bb, bo, m_raw, t_raw, n, out)
     }
     fn sq_error(
         &self,
@@ -1013,45 +1512,44 @@ impl Device<f32> for Cuda {
         out: &mut CudaSlice<f64>,
         slot: usize,
     ) -> DResult<()> {
-        assert!(x.len() == target.len() && dx.len() == x.len());
-        let (n, sl) = (x.len() as I64, slot as I64);
+        let op = "sq_error";
+        check::loss(
+            op,
+            &[x.len(), target.len(), dx.len()],
+            &[],
+            out.len(),
+            slot,
+            1,
+        );
+        let n = x.len();
         let s2 = (2.0 * scale) as f32;
         if n > 0 {
-            launch!(
-                self,
-                "sq_error",
-                k_sq_error_grad,
-                Self::grid(n as usize),
-                [x, target, &s2, &n, dx]
-            )?;
+            self.k_sq_error_grad(op, self.grid(op, n)?, x, target, s2, i(n), dx)?;
         }
-        launch!(
-            self,
-            "sq_error",
-            k_sq_error_loss,
-            Self::one_block(),
-            [x, target, &n, &scale, out, &sl]
-        )
+        self.k_sq_error_loss(op, Self::one_block(), x, target, i(n), scale, out, i(slot))
     }
     fn softmax_ce(
         &self,
         logits: &CudaSlice<f32>,
         rows: usize,
         cols: usize,
-        labels: Ix<'_, CudaSlice<u32>>,
+        labels: Ix<'_, DevIdx>,
         dlogits: &mut CudaSlice<f32>,
         out: &mut CudaSlice<f64>,
         slot: usize,
     ) -> DResult<()> {
-        assert!(logits.len() == rows * cols && dlogits.len() == logits.len() && labels.len == rows);
-        let (r, c, lo, sl) = (rows as I64, cols as I64, labels.off as I64, slot as I64);
-        launch!(
-            self,
-            "softmax_ce",
-            k_softmax_ce,
-            Self::one_block(),
-            [logits, &r, &c, labels.buf, &lo, dlogits, out, &sl]
-        )
+        check::softmax_ce(
+            logits.len(),
+            rows,
+            cols,
+            self.shape(labels),
+            dlogits.len(),
+            out.len(),
+            slot,
+        );
+        let (r, c, lb, lo, sl) = (i(rows), i(cols), &labels.buf.buf, i(labels.off), i(slot));
+        let cfg = Self::one_block();
+        self.k_softmax_ce("softmax_ce", cfg, logits, r, c, lb, lo, dlogits, out, sl)
     }
     fn softmax_rows(
         &self,
@@ -1060,18 +1558,12 @@ impl Device<f32> for Cuda {
         cols: usize,
         out: &mut CudaSlice<f32>,
     ) -> DResult<()> {
-        assert!(logits.len() == rows * cols && out.len() == logits.len());
+        check::rowwise("softmax_rows", rows, cols, &[logits.len(), out.len()], &[]);
         if rows == 0 {
             return Ok(());
         }
-        let (r, c) = (rows as I64, cols as I64);
-        launch!(
-            self,
-            "softmax_rows",
-            k_softmax_rows,
-            Self::grid(rows),
-            [logits, &r, &c, out]
-        )
+        let cfg = self.grid("softmax_rows", rows)?;
+        self.k_softmax_rows("softmax_rows", cfg, logits, i(rows), i(cols), out)
     }
     fn huber_l2(
         &self,
@@ -1089,16 +1581,15 @@ impl Device<f32> for Cuda {
             lambda,
             denom,
         } = h;
-        assert!(p.len() == target.len() && dp.len() == p.len());
-        let (n, sl, sm) = (p.len() as I64, slot as I64, i32::from(smooth));
+        let mut lens = vec![p.len(), target.len(), dp.len()];
+        lens.extend(w.map(|w| w.len()));
+        check::loss("huber_l2", &lens, &[], out.len(), slot, 1);
+        let (n, sl, sm) = (i(p.len()), i(slot), i32::from(smooth));
         let has_w = i32::from(w.is_some());
         let wv = w.unwrap_or(&self.inner.dummy);
-        launch!(
-            self,
-            "huber_l2",
-            k_huber_l2,
-            Self::one_block(),
-            [p, target, wv, &has_w, &n, &delta, &sm, &lambda, &denom, dp, out, &sl]
+        let cfg = Self::one_block();
+        self.k_huber_l2(
+            "huber_l2", cfg, p, target, wv, has_w, n, delta, sm, lambda, denom, dp, out, sl,
         )
     }
 
@@ -1110,18 +1601,12 @@ impl Device<f32> for Cuda {
         cols: usize,
         dx: &mut CudaSlice<f32>,
     ) -> DResult<()> {
-        assert!(s.len() == rows * cols && ds.len() == s.len() && dx.len() == s.len());
+        let op = "softmax_backward";
+        check::rowwise(op, rows, cols, &[s.len(), ds.len(), dx.len()], &[]);
         if rows == 0 {
             return Ok(());
         }
-        let (r, c) = (rows as I64, cols as I64);
-        launch!(
-            self,
-            "softmax_backward",
-            k_softmax_backward,
-            Self::grid(rows),
-            [s, ds, &r, &c, dx]
-        )
+        self.k_softmax_backward(op, self.grid(op, rows)?, s, ds, i(rows), i(cols), dx)
     }
 
     fn pair_cobce(
@@ -1136,27 +1621,30 @@ impl Device<f32> for Cuda {
         out: &mut CudaSlice<f64>,
         slot: usize,
     ) -> DResult<()> {
+        check::pair_cobce(
+            q.len(),
+            shape,
+            b_raw.map(|b| b.len()),
+            y.len(),
+            w.len(),
+            dq.len(),
+            db_raw.as_deref().map(|d| d.len()),
+            out.len(),
+            slot,
+        );
         let CoBce { c, n, eps, denom } = shape;
-        assert!(q.len() >= 2 * n * c && y.len() == n && w.len() == n && dq.len() == q.len());
+        let op = "pair_cobce";
         let mut g = self.alloc::<f64>(n.max(1))?;
-        let (cc, nn, sl, has_b) = (c as I64, n as I64, slot as I64, i32::from(b_raw.is_some()));
+        let (cc, nn, sl, has_b) = (i(c), i(n), i(slot), i32::from(b_raw.is_some()));
         let bv = b_raw.unwrap_or(&self.inner.dummy);
-        launch!(
-            self,
-            "pair_cobce",
-            k_pair_cobce,
-            Self::one_block(),
-            [q, &cc, &nn, bv, &has_b, y, w, &eps, &denom, &mut *dq, &mut g, out, &sl]
+        let cfg = Self::one_block();
+        self.k_pair_cobce(
+            op, cfg, q, cc, nn, bv, has_b, y, w, eps, denom, dq, &mut g, out, sl,
         )?;
         if let (Some(b), Some(db)) = (b_raw, db_raw) {
             if c > 0 {
-                launch!(
-                    self,
-                    "pair_cobce",
-                    k_pair_cobce_db,
-                    Self::grid(c * c),
-                    [q, &cc, &nn, b, &g, db]
-                )?;
+                let cfg = self.grid(op, c * c)?;
+                self.k_pair_cobce_db(op, cfg, q, cc, nn, b, &g, db)?;
             }
         }
         Ok(())
@@ -1171,16 +1659,11 @@ impl Device<f32> for Cuda {
         slot: usize,
         minv: &mut CudaSlice<f32>,
     ) -> DResult<()> {
-        assert!(m.len() == c * c && minv.len() == c * c);
+        check::spd(m.len(), c, minv.len(), out.len(), slot);
         let mut scratch = self.alloc::<f64>((2 * c * c).max(1))?;
-        let (cc, sl) = (c as I64, slot as I64);
-        launch!(
-            self,
-            "spd_logdet_inverse",
-            k_spd_logdet_inverse,
-            Self::single(),
-            [m, &cc, &eps, out, &sl, minv, &mut scratch]
-        )
+        let op = "spd_logdet_inverse";
+        let cfg = Self::single();
+        self.k_spd_logdet_inverse(op, cfg, m, i(c), eps, out, i(slot), minv, &mut scratch)
     }
 
     fn student_t(
@@ -1190,6 +1673,7 @@ impl Device<f32> for Cuda {
         st: StudentT,
         q: &mut CudaSlice<f32>,
     ) -> DResult<()> {
+        check::student_t("student_t", st, z.len(), mu.len(), &[q.len()], None);
         let StudentT {
             rows,
             d,
@@ -1197,18 +1681,11 @@ impl Device<f32> for Cuda {
             alpha,
             e,
         } = st;
-        assert!(z.len() == rows * d && mu.len() == k * d && q.len() == rows * k);
         if rows == 0 {
             return Ok(());
         }
-        let (r, dd, kk) = (rows as I64, d as I64, k as I64);
-        launch!(
-            self,
-            "student_t",
-            k_student_t,
-            Self::grid(rows),
-            [z, mu, &r, &dd, &kk, &alpha, &e, q]
-        )
+        let cfg = self.grid("student_t", rows)?;
+        self.k_student_t("student_t", cfg, z, mu, i(rows), i(d), i(k), alpha, e, q)
     }
 
     fn student_t_backward(
@@ -1221,6 +1698,16 @@ impl Device<f32> for Cuda {
         dz: &mut CudaSlice<f32>,
         dmu: &mut CudaSlice<f32>,
     ) -> DResult<()> {
+        let op = "student_t_backward";
+        check::student_t(
+            op,
+            st,
+            z.len(),
+            mu.len(),
+            &[q.len(), dq.len()],
+            Some(dz.len()),
+        );
+        check::elementwise(op, &[mu.len(), dmu.len()]);
         let StudentT {
             rows,
             d,
@@ -1232,21 +1719,14 @@ impl Device<f32> for Cuda {
             return Ok(());
         }
         let mut tmp = self.alloc::<f64>(rows * k)?;
-        let (r, dd, kk) = (rows as I64, d as I64, k as I64);
-        launch!(
-            self,
-            "student_t_backward",
-            k_student_t_backward_rows,
-            Self::grid(rows),
-            [z, mu, q, dq, &r, &dd, &kk, &alpha, &e, dz, &mut tmp]
-        )?;
-        launch!(
-            self,
-            "student_t_backward",
-            k_student_t_backward_mu,
-            Self::grid(k * d),
-            [z, mu, &tmp, &r, &dd, &kk, &alpha, dmu]
-        )
+        let (r, dd, kk) = (i(rows), i(d), i(k));
+        let cfg = self.grid(op, rows)?;
+        self.k_student_t_backward_rows(op, cfg, z, mu, q, dq, r, dd, kk, alpha, e, dz, &mut tmp)?;
+        if k * d == 0 {
+            return Ok(());
+        }
+        let cfg = self.grid(op, k * d)?;
+        self.k_student_t_backward_mu(op, cfg, z, mu, &tmp, r, dd, kk, alpha, dmu)
     }
 
     fn kl_target(
@@ -1258,15 +1738,10 @@ impl Device<f32> for Cuda {
         out: &mut CudaSlice<f64>,
         slot: usize,
     ) -> DResult<()> {
-        assert!(q.len() == p.len() && dq.len() == q.len());
-        let (n, sl) = (q.len() as I64, slot as I64);
-        launch!(
-            self,
-            "kl_target",
-            k_kl_target,
-            Self::one_block(),
-            [q, p, &n, &denom, dq, out, &sl]
-        )
+        let op = "kl_target";
+        check::loss(op, &[q.len(), p.len(), dq.len()], &[], out.len(), slot, 1);
+        let (n, sl) = (i(q.len()), i(slot));
+        self.k_kl_target(op, Self::one_block(), q, p, n, denom, dq, out, sl)
     }
 
     fn spherepair_bce(
@@ -1279,15 +1754,17 @@ impl Device<f32> for Cuda {
         out: &mut CudaSlice<f64>,
         slot: usize,
     ) -> DResult<()> {
-        assert!(y.len() == c.len() && w.len() == c.len() && dc.len() == c.len());
-        let (n, sl) = (c.len() as I64, slot as I64);
-        launch!(
-            self,
-            "spherepair_bce",
-            k_spherepair_bce,
-            Self::one_block(),
-            [c, y, w, &n, &denom, dc, out, &sl]
-        )
+        let op = "spherepair_bce";
+        check::loss(
+            op,
+            &[c.len(), y.len(), w.len(), dc.len()],
+            &[],
+            out.len(),
+            slot,
+            1,
+        );
+        let (n, sl) = (i(c.len()), i(slot));
+        self.k_spherepair_bce(op, Self::one_block(), c, y, w, n, denom, dc, out, sl)
     }
 
     fn eci_fuse(
@@ -1302,74 +1779,59 @@ impl Device<f32> for Cuda {
         w: &mut CudaSlice<f32>,
     ) -> DResult<()> {
         let n = y.len();
-        assert!(delta.len() == n && y_oof.len() == n && y_bc.len() == n && w.len() == n);
+        check::elementwise(
+            "eci_fuse",
+            &[n, delta.len(), y_oof.len(), y_bc.len(), w.len()],
+        );
         if n == 0 {
             return Ok(());
         }
-        let nn = n as I64;
-        launch!(
-            self,
+        let cfg = self.grid("eci_fuse", n)?;
+        self.k_eci_fuse(
             "eci_fuse",
-            k_eci_fuse,
-            Self::grid(n),
-            [y, delta, y_oof, &nn, &xi, &gamma, &n0, y_bc, w]
+            cfg,
+            y,
+            delta,
+            y_oof,
+            i(n),
+            xi,
+            gamma,
+            n0,
+            y_bc,
+            w,
         )
     }
 
     fn clip_grad_norm(&self, grads: &mut [&mut CudaSlice<f32>], max_norm: f64) -> DResult<()> {
         let count = grads.len();
+        let op = "clip_grad_norm";
         let mut parts = self.alloc::<f64>(count + 1)?;
-        for (i, g) in grads.iter().enumerate() {
-            let (n, sl) = (g.len() as I64, i as I64);
-            launch!(
-                self,
-                "clip_grad_norm",
-                k_sum_squares,
-                Self::one_block(),
-                [&**g, &n, &mut parts, &sl]
-            )?;
+        for (k, g) in grads.iter().enumerate() {
+            self.k_sum_squares(op, Self::one_block(), g, i(g.len()), &mut parts, i(k))?;
         }
-        let c = count as I64;
-        launch!(
-            self,
-            "clip_grad_norm",
-            k_clip_coef,
-            Self::single(),
-            [&mut parts, &c, &max_norm]
-        )?;
+        self.k_clip_coef(op, Self::single(), &mut parts, i(count), max_norm)?;
         for g in grads.iter_mut() {
-            let n = g.len() as I64;
+            let n = g.len();
             if n == 0 {
                 continue;
             }
-            launch!(
-                self,
-                "clip_grad_norm",
-                k_clip_scale,
-                Self::grid(n as usize),
-                [&mut **g, &n, &parts, &c]
-            )?;
+            let cfg = self.grid(op, n)?;
+            self.k_clip_scale(op, cfg, g, i(n), &parts, i(count))?;
         }
         Ok(())
     }
     fn sum_squares(&self, x: &CudaSlice<f32>) -> DResult<f64> {
         let mut s = self.alloc::<f64>(1)?;
-        let (n, sl) = (x.len() as I64, 0 as I64);
-        launch!(
-            self,
-            "sum_squares",
-            k_sum_squares,
-            Self::one_block(),
-            [x, &n, &mut s, &sl]
-        )?;
+        let op = "sum_squares";
+        self.k_sum_squares(op, Self::one_block(), x, i(x.len()), &mut s, 0)?;
         Ok(self.scalars_to_vec(&s)?[0])
     }
     fn scale(&self, x: &mut CudaSlice<f32>, s: f32) -> DResult<()> {
-        let n = x.len() as I64;
+        let n = x.len();
         if n == 0 {
             return Ok(());
         }
-        launch!(self, "scale", k_scale, Self::grid(n as usize), [x, &n, &s])
+        self.k_scale("scale", self.grid("scale", n)?, x, i(n), s)
     }
     fn adam(
         &self,
@@ -1383,7 +1845,8 @@ impl Device<f32> for Cuda {
         eps: f64,
         step: u64,
     ) -> DResult<()> {
-        let n = p.len() as I64;
+        check::elementwise("adam", &[p.len(), g.len(), m.len(), v.len()]);
+        let n = p.len();
         if n == 0 {
             return Ok(());
         }
@@ -1394,12 +1857,22 @@ impl Device<f32> for Cuda {
         let step_size = (lr / bc1) as f32;
         let bc2_sqrt = bc2.sqrt() as f32;
         let eps = eps as f32;
-        launch!(
-            self,
+        let cfg = self.grid("adam", n)?;
+        self.k_adam(
             "adam",
-            k_adam,
-            Self::grid(n as usize),
-            [p, g, m, v, &n, &b1, &b2, &ob1, &ob2, &step_size, &bc2_sqrt, &eps]
+            cfg,
+            p,
+            g,
+            m,
+            v,
+            i(n),
+            b1,
+            b2,
+            ob1,
+            ob2,
+            step_size,
+            bc2_sqrt,
+            eps,
         )
     }
     fn sgd_momentum(
@@ -1411,17 +1884,77 @@ impl Device<f32> for Cuda {
         momentum: f64,
         first: bool,
     ) -> DResult<()> {
-        let n = p.len() as I64;
+        check::elementwise("sgd_momentum", &[p.len(), g.len(), buf.len()]);
+        let n = p.len();
         if n == 0 {
             return Ok(());
         }
         let (mu, lr, f) = (momentum as f32, lr as f32, i32::from(first));
-        launch!(
-            self,
-            "sgd",
-            k_sgd,
-            Self::grid(n as usize),
-            [p, g, buf, &n, &mu, &lr, &f]
-        )
+        self.k_sgd("sgd", self.grid("sgd", n)?, p, g, buf, i(n), mu, lr, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sticky_errors_are_the_ones_that_poison_a_context() {
+        assert!(is_sticky(CUresult::CUDA_ERROR_ILLEGAL_ADDRESS));
+        assert!(is_sticky(CUresult::CUDA_ERROR_LAUNCH_FAILED));
+        assert!(!is_sticky(CUresult::CUDA_ERROR_OUT_OF_MEMORY));
+        assert!(!is_sticky(CUresult::CUDA_ERROR_INVALID_VALUE));
+    }
+
+    #[test]
+    fn the_generated_source_declares_every_kernel_before_the_file() {
+        let src = kernel_source();
+        let head = &src[..src.find("#line 1").expect("a #line directive")];
+        assert!(head.contains(&format!("#define RED {RED}")));
+        for k in kernel_signatures() {
+            assert!(
+                head.contains(&format!("void {}(", k.name)),
+                "{} has no prototype",
+                k.name
+            );
+            assert!(
+                SOURCE.contains(&format!("void {}(", k.name)),
+                "{} is not defined in cuda_kernels.cu",
+                k.name
+            );
+        }
+        assert!(
+            !SOURCE
+                .lines()
+                .any(|l| l.trim_start().starts_with("#define RED")),
+            "RED comes from cuda.rs alone"
+        );
+    }
+
+    #[test]
+    fn the_numerics_class_names_what_changes_bits() {
+        let p = Probe {
+            ordinal: 0,
+            name: "NVIDIA H100 80GB HBM3".into(),
+            compute_capability: (9, 0),
+            multiprocessors: 132,
+            memory_bytes: 85_000_000_000,
+            driver_api: 13000,
+            cublas: (13, 1, 0),
+            nvrtc: (13, 0),
+        };
+        assert_eq!(p.numerics(), "cuda-f32-sm90-132sm-cublas13.1.0-nvrtc13.0");
+        assert_eq!(p.arch(), "sm_90");
+        let info = p.info();
+        assert_eq!(info.name, "cuda:0");
+        assert!(info
+            .facts
+            .iter()
+            .any(|(k, v)| k == "cuda_driver_api" && v == "13.0"));
+        let other = Probe {
+            multiprocessors: 114,
+            ..p.clone()
+        };
+        assert_ne!(other.numerics(), p.numerics(), "H100 PCIe and SXM differ");
     }
 }

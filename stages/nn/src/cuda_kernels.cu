@@ -1,5 +1,10 @@
 // upcc's CUDA kernels (f32 tensors, f64 loss slots), compiled once per process by NVRTC.
 //
+// NVRTC compiles this file behind a header that cuda.rs generates from its kernel table:
+// `#define RED` (threads of the block reductions) and an `extern "C"` prototype per kernel, so
+// a definition here whose parameters differ from the table does not compile. NVRTC has no
+// math.h: the constants below are spelled out.
+//
 // Determinism: no atomics anywhere. Reductions run in one block with a fixed number of threads
 // (each thread sums a fixed strided subset in order, then a fixed shared-memory tree), and
 // scatters either touch distinct rows (the caller says so) or walk the rows serially per column.
@@ -7,7 +12,8 @@
 
 typedef long long i64;
 
-#define RED 256
+// +infinity as a double (no INFINITY macro under NVRTC).
+#define UPCC_INF __longlong_as_double(0x7ff0000000000000LL)
 
 // In-place tree reduction of RED doubles in shared memory; thread 0 ends with the total.
 __device__ double block_sum(double v, double* sh) {
@@ -244,7 +250,7 @@ extern "C" __global__ void k_softmax_ce(const float* logits, i64 rows, i64 cols,
     double loss = 0.0, correct = 0.0;
     for (i64 r = threadIdx.x; r < rows; r += RED) {
         const float* row = logits + r * cols;
-        double best = -INFINITY;
+        double best = -UPCC_INF;
         i64 arg = 0;
         for (i64 j = 0; j < cols; j++) {
             if ((double)row[j] > best) { best = (double)row[j]; arg = j; }
@@ -273,7 +279,7 @@ extern "C" __global__ void k_softmax_rows(const float* logits, i64 rows, i64 col
     i64 r = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= rows) return;
     const float* row = logits + r * cols;
-    double best = -INFINITY;
+    double best = -UPCC_INF;
     for (i64 j = 0; j < cols; j++) best = fmax(best, (double)row[j]);
     double z = 0.0;
     for (i64 j = 0; j < cols; j++) z += exp((double)row[j] - best);
@@ -479,7 +485,7 @@ extern "C" __global__ void k_spd_logdet_inverse(const float* m, i64 c, double ep
             for (i64 k = 0; k < j; k++) sum -= l[i * c + k] * l[j * c + k];
             if (i == j) {
                 if (!(sum > 0.0) || isinf(sum) || isnan(sum)) {
-                    out[slot] = -INFINITY;
+                    out[slot] = -UPCC_INF;
                     for (i64 t = 0; t < c * c; t++) minv[t] = 0.0f;
                     return;
                 }
