@@ -217,6 +217,9 @@ pub fn run(
     let mut gpu_free: Vec<u64> = cfg.gpus.clone();
     let mut gpu_running: Vec<usize> = vec![0; cfg.gpus.len()];
     let mut gpu_of: Vec<Option<usize>> = vec![None; n];
+    // GPU slots lost for this run (a node on them failed with a sticky device error), with
+    // the error that lost them.
+    let mut gpu_lost: Vec<Option<String>> = vec![None; cfg.gpus.len()];
     let mut running = 0usize;
     let mut stopped = false;
     let (tx, rx): (Sender<Event>, Receiver<Event>) = channel();
@@ -324,9 +327,36 @@ pub fn run(
                 if threads > free_threads || !fits_memory {
                     continue;
                 }
-                // A GPU with room for it (most free memory first; an idle GPU always takes it).
+                // A GPU with room for it (most free memory first; an idle GPU always takes it),
+                // never one lost earlier in this run. When every GPU is lost, the node fails.
+                if res.gpu_memory_mb > 0
+                    && !cfg.gpus.is_empty()
+                    && gpu_lost.iter().all(Option::is_some)
+                {
+                    let why = gpu_lost
+                        .iter()
+                        .flatten()
+                        .next()
+                        .cloned()
+                        .unwrap_or_default();
+                    let msg = format!(
+                        "not started: every GPU of this run failed earlier and cannot be used again by this process ({why}); run upcc again to retry on a fresh GPU context"
+                    );
+                    let mut r = report(i, Some(key), Outcome::Failed);
+                    r.error = Some(msg.clone());
+                    r.error_tier = Some(Tier::Environment);
+                    reports[i] = Some(r);
+                    state[i] = State::Finished;
+                    progressed = true;
+                    finished(observer, i, Outcome::Failed, None, Some(&msg));
+                    if !cfg.keep_going {
+                        stopped = true;
+                    }
+                    continue;
+                }
                 let gpu = if res.gpu_memory_mb > 0 && !cfg.gpus.is_empty() {
                     let slot = (0..cfg.gpus.len())
+                        .filter(|&g| gpu_lost[g].is_none())
                         .filter(|&g| res.gpu_memory_mb <= gpu_free[g] || gpu_running[g] == 0)
                         .max_by_key(|&g| (gpu_free[g], std::cmp::Reverse(g)));
                     match slot {
@@ -450,7 +480,8 @@ pub fn run(
                 let res = dag.node(i).resources;
                 free_threads += res.threads.clamp(1, cfg.threads.max(1));
                 free_memory = (free_memory + res.memory_mb).min(cfg.memory_mb);
-                if let Some(g) = gpu_of[i].take() {
+                let slot = gpu_of[i].take();
+                if let Some(g) = slot {
                     gpu_free[g] = (gpu_free[g] + res.gpu_memory_mb).min(cfg.gpus[g]);
                     gpu_running[g] -= 1;
                 }
@@ -463,6 +494,9 @@ pub fn run(
                         finished(observer, i, Outcome::Executed, Some(seconds), None);
                     }
                     WorkerResult::TaskFailed { error, seconds } => {
+                        if let (TaskError::DeviceLost(why), Some(g)) = (&error, slot) {
+                            gpu_lost[g].get_or_insert_with(|| why.clone());
+                        }
                         r.duration_s = Some(seconds);
                         r.outcome = Outcome::Failed;
                         r.error_tier = Some(if error.is_user_error() {

@@ -42,6 +42,10 @@ pub enum TaskError {
     /// Anything else: a bug, an I/O failure, numerical breakdown.
     #[error("{0}")]
     Failed(String),
+    /// The GPU the node ran on failed in a way that poisons it for the rest of the process
+    /// (an illegal address, a failed launch): the executor schedules nothing more onto it.
+    #[error("{0}")]
+    DeviceLost(String),
 }
 
 impl TaskError {

@@ -468,3 +468,78 @@ fn gpu_nodes_share_a_gpu_only_while_their_memory_fits() {
     let (_, slots) = two_gpu_nodes(vec![]);
     assert_eq!(slots, vec![None, None]);
 }
+
+/// Fails with a lost device on GPU slot 0 (as an illegal address poisons a CUDA context),
+/// records the slot it ran on otherwise.
+struct LosesSlotZero {
+    log: RunLog,
+}
+
+impl Task for LosesSlotZero {
+    fn run(&self, ctx: &mut TaskContext) -> Result<(), TaskError> {
+        let t0 = std::time::Instant::now();
+        if ctx.gpu() == Some(0) {
+            return Err(TaskError::DeviceLost(
+                "cuda:0: gather failed and the GPU cannot be used again in this process: CUDA_ERROR_ILLEGAL_ADDRESS".into(),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        self.log
+            .lock()
+            .unwrap()
+            .push((ctx.gpu(), t0, std::time::Instant::now()));
+        ctx.put_output("out", ctx.node_id().as_bytes().to_vec(), "text/plain", "o");
+        Ok(())
+    }
+}
+
+/// `count` independent nodes, the first `gpu_nodes` of them asking for GPU memory, run with
+/// --keep-going under GPU budgets `gpus`.
+fn after_a_lost_gpu(gpus: Vec<u64>, count: usize, gpu_nodes: usize) -> (RunReport, RunLog) {
+    let f = fixture();
+    let log: RunLog = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut b = DagBuilder::new();
+    for k in 0..count {
+        let id = format!("n{k}");
+        let mut n = node(&id, json!({ "id": id }), vec![], &f.runs[0], false, 0);
+        n.resources = Resources {
+            threads: 1,
+            memory_mb: 10,
+            gpu_memory_mb: if k < gpu_nodes { 600 } else { 0 },
+        };
+        n.task = Arc::new(LosesSlotZero { log: log.clone() });
+        b.add(n).unwrap();
+    }
+    let dag = b.build();
+    let mut c = cfg(true);
+    c.threads = 1;
+    c.gpus = gpus;
+    let report = run(&dag, &f.store, &c, &mut Quiet).unwrap();
+    (report, log)
+}
+
+#[test]
+fn a_gpu_lost_to_a_sticky_error_gets_no_more_nodes() {
+    // Two GPUs: the first node loses slot 0; every later GPU node runs on slot 1.
+    let (report, log) = after_a_lost_gpu(vec![1000, 1000], 5, 5);
+    assert_eq!(report.count(Outcome::Failed), 1, "{:?}", report.nodes);
+    assert_eq!(report.count(Outcome::Executed), 4);
+    let slots: Vec<_> = log.lock().unwrap().iter().map(|x| x.0).collect();
+    assert_eq!(slots, vec![Some(1); 4], "nothing more on the lost GPU");
+    // One GPU: once it is lost, the other GPU nodes fail at once, saying why; nodes that
+    // need no GPU still run.
+    let (report, log) = after_a_lost_gpu(vec![1000], 5, 3);
+    assert_eq!(report.count(Outcome::Failed), 3, "{:?}", report.nodes);
+    assert_eq!(report.count(Outcome::Executed), 2);
+    let not_started: Vec<_> = report
+        .nodes
+        .iter()
+        .filter_map(|n| n.error.as_deref())
+        .filter(|e| e.starts_with("not started: every GPU of this run failed"))
+        .collect();
+    assert_eq!(not_started.len(), 2, "{:?}", report.nodes);
+    assert!(not_started[0].contains("CUDA_ERROR_ILLEGAL_ADDRESS"));
+    assert_eq!(report.failure_tier(), Some(Tier::Environment));
+    let slots: Vec<_> = log.lock().unwrap().iter().map(|x| x.0).collect();
+    assert_eq!(slots, vec![None, None], "only the CPU nodes ran");
+}
