@@ -49,6 +49,17 @@ pub enum Command {
     /// Run exactly one node whose inputs are computed: what a Slurm job of `run --executor
     /// slurm` runs. Fails if the spec no longer gives the node the submitted key.
     Job(JobArgs),
+    /// Show the device training would use (after --device, --gpus, $UPCC_DEVICE), its
+    /// numerics class and facts, and check that it works: on a GPU this opens it and compiles
+    /// and loads the kernels, as a run would.
+    Device(DeviceArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct DeviceArgs {
+    /// Print one JSON object on stdout instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 impl Command {
@@ -59,6 +70,7 @@ impl Command {
             Command::Status(a) => a.json,
             Command::Explain(a) => a.json,
             Command::Cancel(a) => a.json,
+            Command::Device(a) => a.json,
             Command::Verify | Command::Gc(_) | Command::Report(_) | Command::Job(_) => false,
         }
     }
@@ -125,6 +137,11 @@ pub struct JobArgs {
     /// The node's recipe the job was submitted for (hex; see `upcc_cli::slurm::recipes`).
     #[arg(long)]
     pub recipe: String,
+    /// The numerics class the driver planned training nodes with: a node that does not train
+    /// is run without opening a device; one that trains needs this machine's device to
+    /// compute that class.
+    #[arg(long, value_name = "CLASS")]
+    pub numerics: Option<String>,
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
 }

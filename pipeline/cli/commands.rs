@@ -80,12 +80,16 @@ struct Loaded {
 }
 
 fn load(args: &SpecArgs, threads: usize, env: &Env) -> Result<Loaded> {
+    load_with(args, threads, env.compute(args.json)?)
+}
+
+/// [`load`] with a device already resolved.
+fn load_with(args: &SpecArgs, threads: usize, compute: std::sync::Arc<Compute>) -> Result<Loaded> {
     let (spec_arg, selectors) = args
         .spec_and_selectors
         .split_first()
         .expect("clap requires a spec");
     let spec = spec::load(spec_arg, &args.set)?;
-    let compute = env.compute(args.json)?;
     let built = build(&spec, threads, compute.clone())?;
     let selection = select::parse(selectors, &built)?;
     Ok(Loaded {
@@ -330,6 +334,11 @@ pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
     }
     let roots = select::roots(&loaded.selection, &loaded.built)?;
     let dag = loaded.built.dag.restrict(&roots);
+    if executor == ExecutorArg::Local {
+        // This process trains: a GPU that cannot be used fails the run here, before anything
+        // is computed or written (the kernels are compiled now, once).
+        loaded.compute.open()?;
+    }
     let store = open_store(store_flag, true)?;
     if executor == ExecutorArg::Slurm {
         return run_slurm(args, env, &loaded, &dag, &store, &section.slurm, t0);
@@ -363,11 +372,12 @@ pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
     };
     if progress != ProgressMode::Quiet {
         eprintln!(
-            "upcc: {} nodes in `{}`, store `{}`, {threads} threads ({node_threads} per training node), device {}",
+            "upcc: {} nodes in `{}`, store `{}`, {threads} threads ({node_threads} per training node), device {} ({})",
             dag.len(),
             loaded.spec.display,
             store.root().display(),
-            loaded.compute.name()
+            loaded.compute.name(),
+            loaded.compute.numerics()
         );
     }
     if progress != ProgressMode::Quiet {
@@ -419,6 +429,7 @@ pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
         let obj = json!({
             "executed": executed, "cached": cached + elsewhere, "computed_elsewhere": elsewhere, "failed": failed, "skipped": skipped,
             "total": report.nodes.len(), "seconds": seconds, "store": store.root().display().to_string(),
+            "device": loaded.compute.name(), "numerics": loaded.compute.numerics(),
             "nodes": nodes, "tables": tables.iter().cloned().collect::<BTreeMap<_, _>>(),
         });
         println!("{obj}");
@@ -574,6 +585,7 @@ pub fn status(args: &SpecArgs, env: &Env) -> Result<i32> {
         println!(
             "{}",
             json!({"fresh": fresh, "stale": stale, "missing": missing, "running": n_running, "total": entries.len(), "estimate": eta.to_json(),
+                   "device": loaded.compute.name(), "numerics": loaded.compute.numerics(),
                    "slurm": {"queued": queued_jobs, "running": running_jobs, "failed": failed_jobs}, "nodes": nodes})
         );
     } else {
@@ -1050,6 +1062,7 @@ fn run_slurm(
         store.root(),
         device,
         env.gpus.clone(),
+        loaded.compute.numerics(),
     );
     let sub = crate::slurm::submit(
         dag,
@@ -1135,6 +1148,43 @@ fn run_slurm(
 }
 
 /// `upcc job SPEC NODE --key HEX`: compute exactly one node whose inputs are computed.
+/// `upcc device`: the device a run would train on, opened as a run opens it.
+pub fn device(args: &crate::cli::DeviceArgs, env: &Env) -> Result<i32> {
+    let compute = env.compute(args.json)?;
+    let t0 = Instant::now();
+    compute.open()?;
+    let opened_s = t0.elapsed().as_secs_f64();
+    let info = compute.info();
+    if args.json {
+        let facts: BTreeMap<_, _> = info.facts.iter().cloned().collect();
+        println!(
+            "{}",
+            json!({"device": compute.name(), "numerics": compute.numerics(), "facts": facts, "open_seconds": opened_s})
+        );
+    } else {
+        let mut rows = vec![
+            ("device".to_string(), compute.name()),
+            (
+                "numerics".to_string(),
+                format!("{} (part of every training node's key)", compute.numerics()),
+            ),
+        ];
+        rows.extend(info.facts.iter().cloned());
+        if compute.is_gpu() {
+            rows.push((
+                "ready".into(),
+                format!("kernels compiled and loaded in {opened_s:.2} s"),
+            ));
+        }
+        let w = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+        let mut out = std::io::stdout().lock();
+        for (k, v) in rows {
+            let _ = writeln!(out, "{k:<w$}  {v}");
+        }
+    }
+    Ok(0)
+}
+
 pub fn job(args: &JobArgs, env: &Env) -> Result<i32> {
     let (spec_arg, node_id) = (&args.spec_and_node[0], &args.spec_and_node[1]);
     let spec_args = SpecArgs {
@@ -1147,11 +1197,30 @@ pub fn job(args: &JobArgs, env: &Env) -> Result<i32> {
         .and_then(|t| t.parse::<usize>().ok())
         .unwrap_or_else(default_threads)
         .max(1);
-    let loaded = load(&spec_args, threads, env)?;
+    // A job plans with the numerics class its driver planned with, so that a node that does
+    // not train (features, k-means, metrics, tables) runs on a machine without the driver's
+    // device; a node that trains opens this machine's device, which must compute that class.
+    let mut loaded = match &args.numerics {
+        Some(n) => load_with(&spec_args, threads, Compute::planned(n))?,
+        None => load(&spec_args, threads, env)?,
+    };
     let Some(i) = loaded.built.dag.index_of(node_id) else {
         return Err(CliError::user(format!("the spec `{spec_arg}` has no node `{node_id}`"))
             .hint("the spec changed since the job was submitted; rerun `upcc run SPEC --executor slurm`"));
     };
+    if args.numerics.is_some() && loaded.built.dag.node(i).numerics != "exact" {
+        let real = env.compute(false)?;
+        if real.numerics() != loaded.compute.numerics() {
+            return Err(CliError::env(format!(
+                "node `{node_id}` was planned for numerics class {} but this machine's device ({}) computes {}",
+                loaded.compute.numerics(),
+                real.name(),
+                real.numerics()
+            ))
+            .hint("run the spec's training jobs on nodes with the device the driver planned for (the `training` resources of `executor.slurm`)"));
+        }
+        loaded = load_with(&spec_args, threads, real)?;
+    }
     let dag = loaded.built.dag.restrict(&[i]);
     let store = open_store(&env.store, false)?;
     let entries = plan(&dag, &store, &loaded.spec.file.name)?;
@@ -1166,6 +1235,10 @@ pub fn job(args: &JobArgs, env: &Env) -> Result<i32> {
             &args.recipe[..args.recipe.len().min(12)]
         ))
         .hint("the spec, its parameters or upcc changed since the submission; rerun `upcc run SPEC --executor slurm`"));
+    }
+    if entries[last].status != NodeStatus::Fresh && dag.node(last).resources.gpu_memory_mb > 0 {
+        // This job trains on the GPU: one that cannot be used fails it before it computes.
+        loaded.compute.open()?;
     }
     for (j, e) in entries.iter().enumerate() {
         if j != last && e.status != NodeStatus::Fresh {

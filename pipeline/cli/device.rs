@@ -54,11 +54,37 @@ impl DeviceRequest {
 
 /// The devices training nodes of a run compute on: the CPU, or one or more GPUs (the run's
 /// GPU slots, in order).
-#[derive(Clone)]
 pub enum Compute {
     Cpu(Cpu),
     #[cfg(feature = "cuda")]
-    Cuda(Vec<upcc_nn::Cuda>),
+    Cuda(Gpus),
+    /// No device: only the numerics class a Slurm driver planned with (`upcc job
+    /// --numerics`), for jobs whose node does not train.
+    Planned(String),
+}
+
+/// The GPUs of a run: what probing them said (enough to plan: names, numerics class) and,
+/// once a command that trains opens them, the devices themselves (kernels compiled once per
+/// process).
+#[cfg(feature = "cuda")]
+pub struct Gpus {
+    probes: Vec<upcc_nn::cuda::Probe>,
+    opened: std::sync::OnceLock<std::result::Result<Vec<upcc_nn::Cuda>, upcc_nn::DeviceError>>,
+}
+
+#[cfg(feature = "cuda")]
+impl Gpus {
+    fn devices(&self) -> std::result::Result<&[upcc_nn::Cuda], &upcc_nn::DeviceError> {
+        self.opened
+            .get_or_init(|| {
+                self.probes
+                    .iter()
+                    .map(|p| upcc_nn::Cuda::new(p.ordinal))
+                    .collect()
+            })
+            .as_ref()
+            .map(|v| v.as_slice())
+    }
 }
 
 impl fmt::Debug for Compute {
@@ -90,18 +116,46 @@ macro_rules! on_device {
 #[cfg(feature = "cuda")]
 const GPU_MEMORY_SHARE: f64 = 0.9;
 
+/// Why `auto` may compute on the CPU: there is no GPU at all (no driver, no visible device, a
+/// binary without CUDA). `None` for every other failure: a GPU is there and broken, which
+/// `auto` must not hide.
+pub fn no_gpu_here(e: &upcc_nn::DeviceError) -> Option<String> {
+    use upcc_nn::DeviceError as E;
+    match e {
+        E::NoDriver(_) | E::NoDevice(_) | E::NotBuilt => Some(e.to_string()),
+        _ => None,
+    }
+}
+
+/// The error for a GPU that is there but cannot be used: the reason as the backend gave it
+/// (an NVRTC log keeps its lines), what to change, and the way to the CPU.
+pub fn unusable_gpu(e: &upcc_nn::DeviceError) -> CliError {
+    let mut err = CliError::env(format!("upcc cannot use the GPU: {e}"));
+    if let Some(fix) = e.fix() {
+        err = err.hint(fix.to_string());
+    }
+    err.hint("to compute on the CPU knowingly, pass --device cpu (or set UPCC_DEVICE=cpu)")
+}
+
 impl Compute {
     pub fn cpu() -> Arc<Self> {
         Arc::new(Compute::Cpu(Cpu))
     }
 
+    /// Plan with `numerics` without a device.
+    pub fn planned(numerics: &str) -> Arc<Self> {
+        Arc::new(Compute::Planned(numerics.to_string()))
+    }
+
     pub fn name(&self) -> String {
         match self {
             Compute::Cpu(_) => "cpu".into(),
+            Compute::Planned(_) => "none".into(),
             #[cfg(feature = "cuda")]
             Compute::Cuda(g) => g
+                .probes
                 .iter()
-                .map(Device::<f32>::name)
+                .map(|p| format!("cuda:{}", p.ordinal))
                 .collect::<Vec<_>>()
                 .join(","),
         }
@@ -113,26 +167,45 @@ impl Compute {
         match self {
             Compute::Cpu(c) => Device::<f32>::numerics(c),
             #[cfg(feature = "cuda")]
-            Compute::Cuda(g) => Device::<f32>::numerics(&g[0]),
+            Compute::Cuda(g) => g.probes[0].numerics(),
+            Compute::Planned(n) => n.clone(),
         }
     }
 
     pub fn is_gpu(&self) -> bool {
-        !matches!(self, Compute::Cpu(_))
+        match self {
+            Compute::Cpu(_) => false,
+            #[cfg(feature = "cuda")]
+            Compute::Cuda(_) => true,
+            Compute::Planned(n) => n.starts_with("cuda"),
+        }
     }
 
-    /// GPU memory budget in MiB of each GPU slot (empty on the CPU).
+    /// Open the GPUs now (create their contexts, compile and load the kernels), so that a
+    /// command that trains fails before it computes anything when they cannot be used.
+    pub fn open(&self) -> Result<()> {
+        match self {
+            Compute::Cpu(_) | Compute::Planned(_) => Ok(()),
+            #[cfg(feature = "cuda")]
+            Compute::Cuda(g) => g.devices().map(|_| ()).map_err(unusable_gpu),
+        }
+    }
+
+    /// GPU memory budget in MiB of each GPU slot (empty on the CPU). Opens the GPUs.
     pub fn gpu_budgets_mb(&self) -> Vec<u64> {
         match self {
-            Compute::Cpu(_) => vec![],
+            Compute::Cpu(_) | Compute::Planned(_) => vec![],
             #[cfg(feature = "cuda")]
-            Compute::Cuda(g) => g
-                .iter()
-                .map(|d| {
-                    let free = d.memory().map(|(free, _)| free).unwrap_or(8 << 30);
-                    (free as f64 * GPU_MEMORY_SHARE / 1048576.0) as u64
-                })
-                .collect(),
+            Compute::Cuda(g) => match g.devices() {
+                Ok(devs) => devs
+                    .iter()
+                    .map(|d| {
+                        let free = d.memory().map(|(free, _)| free).unwrap_or(8 << 30);
+                        (free as f64 * GPU_MEMORY_SHARE / 1048576.0) as u64
+                    })
+                    .collect(),
+                Err(_) => vec![],
+            },
         }
     }
 
@@ -143,78 +216,109 @@ impl Compute {
                 let _ = slot;
                 Ok(NodeCompute::Cpu(*c))
             }
+            Compute::Planned(n) => Err(upcc_nn::DeviceError::Unavailable {
+                ordinal: 0,
+                message: format!("this job planned with numerics class {n} has no device to train on"),
+                fix: "run training nodes where their device is (upcc job opens it when the node trains)".into(),
+            }),
             #[cfg(feature = "cuda")]
-            Compute::Cuda(g) => Ok(NodeCompute::Cuda(
-                g[slot.unwrap_or(0).min(g.len() - 1)].fork()?,
-            )),
+            Compute::Cuda(g) => {
+                let devs = g.devices().map_err(Clone::clone)?;
+                Ok(NodeCompute::Cuda(
+                    devs[slot.unwrap_or(0).min(devs.len() - 1)].fork()?,
+                ))
+            }
         }
     }
 
-    /// Facts for provenance: GPU model, driver, CUDA and cuBLAS versions (of the first GPU).
+    /// Facts for provenance: GPU model, driver, CUDA, cuBLAS and NVRTC versions (of the first
+    /// GPU).
     pub fn info(&self) -> DeviceInfo {
         match self {
-            Compute::Cpu(_) => DeviceInfo {
-                name: "cpu".into(),
+            Compute::Cpu(_) | Compute::Planned(_) => DeviceInfo {
+                name: self.name(),
                 numerics: self.numerics(),
                 facts: vec![],
             },
             #[cfg(feature = "cuda")]
             Compute::Cuda(g) => {
-                let mut i = g[0].info();
+                let mut i = g.probes[0].info();
                 i.name = self.name();
                 i
             }
         }
     }
 
-    /// Resolve a request. `auto` without a usable GPU falls back to the CPU and says so once
-    /// on stderr (unless `quiet`); an explicit `cuda` without one is an environment error.
-    /// `gpus` (from `--gpus`) lists the GPUs to spread nodes over.
+    /// Resolve a request, reading what the GPUs are without opening them (planning needs
+    /// only their numerics class; commands that train call [`Compute::open`]).
+    ///
+    /// `auto` computes on the CPU only where there is no GPU (no driver, no visible device)
+    /// and says so once on stderr (unless `quiet`: the JSON output names the device). A GPU
+    /// that is visible but unusable (a library missing, ...) is an error under `auto` too,
+    /// never a silent CPU run. `gpus` (from `--gpus`) lists the GPUs to spread nodes over.
     pub fn resolve(req: DeviceRequest, gpus: Option<&[usize]>, quiet: bool) -> Result<Arc<Self>> {
-        let env_err = |why: String| {
-            CliError::env(why).hint("use --device cpu (or auto) to compute on the CPU")
-        };
         match (req, gpus) {
             (DeviceRequest::Cpu, Some(_)) => Err(CliError::user(
                 "--gpus asks for GPUs but --device (or $UPCC_DEVICE) says cpu",
             )
             .hint("drop one of the two")),
             (DeviceRequest::Cpu, None) => Ok(Self::cpu()),
-            (_, Some(list)) => Self::open_cuda(list).map_err(env_err),
-            (DeviceRequest::Auto, None) => match Self::open_cuda(&[0]) {
+            (_, Some(list)) => Self::probe_cuda(list).map_err(|e| Self::cuda_error(&e)),
+            (DeviceRequest::Auto, None) => match Self::probe_cuda(&[0]) {
                 Ok(c) => Ok(c),
-                Err(why) => {
-                    if !quiet {
-                        eprintln!("upcc: info: no usable GPU ({why}); computing on the CPU");
+                Err(e) => match no_gpu_here(&e) {
+                    Some(why) => {
+                        if !quiet {
+                            eprintln!("upcc: info: no GPU here ({why}); computing on the CPU");
+                        }
+                        Ok(Self::cpu())
                     }
-                    Ok(Self::cpu())
-                }
+                    None => Err(unusable_gpu(&e)),
+                },
             },
-            (DeviceRequest::Cuda(n), None) => Self::open_cuda(&[n]).map_err(env_err),
+            (DeviceRequest::Cuda(n), None) => {
+                Self::probe_cuda(&[n]).map_err(|e| Self::cuda_error(&e))
+            }
+        }
+    }
+
+    /// An explicit request for a GPU that cannot be had.
+    fn cuda_error(e: &upcc_nn::DeviceError) -> CliError {
+        match no_gpu_here(e) {
+            Some(_) => CliError::env(e.to_string())
+                .hint("use --device cpu (or auto) to compute on the CPU"),
+            None => unusable_gpu(e),
         }
     }
 
     #[cfg(feature = "cuda")]
-    fn open_cuda(ordinals: &[usize]) -> std::result::Result<Arc<Self>, String> {
-        let mut devs = Vec::new();
-        for &o in ordinals {
-            devs.push(upcc_nn::Cuda::new(o).map_err(|e| e.to_string())?);
+    fn probe_cuda(ordinals: &[usize]) -> std::result::Result<Arc<Self>, upcc_nn::DeviceError> {
+        let probes = ordinals
+            .iter()
+            .map(|&o| upcc_nn::cuda::probe(o))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let first = probes[0].numerics();
+        if let Some(p) = probes.iter().find(|p| p.numerics() != first) {
+            return Err(upcc_nn::DeviceError::Unavailable {
+                ordinal: p.ordinal,
+                message: format!(
+                    "GPUs of different kinds in one run (cuda:{} is {first}, cuda:{} is {}): their results would not be interchangeable",
+                    probes[0].ordinal,
+                    p.ordinal,
+                    p.numerics()
+                ),
+                fix: "list GPUs of one kind in --gpus".into(),
+            });
         }
-        let first = Device::<f32>::numerics(&devs[0]);
-        if let Some(d) = devs.iter().find(|d| Device::<f32>::numerics(*d) != first) {
-            return Err(format!(
-                "GPUs of different architectures in one run ({} is {first}, {} is {}): their results would not be interchangeable; list GPUs of one kind in --gpus",
-                Device::<f32>::name(&devs[0]),
-                Device::<f32>::name(d),
-                Device::<f32>::numerics(d)
-            ));
-        }
-        Ok(Arc::new(Compute::Cuda(devs)))
+        Ok(Arc::new(Compute::Cuda(Gpus {
+            probes,
+            opened: std::sync::OnceLock::new(),
+        })))
     }
 
     #[cfg(not(feature = "cuda"))]
-    fn open_cuda(_ordinals: &[usize]) -> std::result::Result<Arc<Self>, String> {
-        Err(upcc_nn::DeviceError::NotBuilt.to_string())
+    fn probe_cuda(_ordinals: &[usize]) -> std::result::Result<Arc<Self>, upcc_nn::DeviceError> {
+        Err(upcc_nn::DeviceError::NotBuilt)
     }
 }
 
@@ -275,6 +379,50 @@ mod tests {
         assert_eq!(parse_gpus("1,1").unwrap_err().exit_code(), 2);
         let e = Compute::resolve(DeviceRequest::Cpu, Some(&[0]), true).unwrap_err();
         assert_eq!(e.exit_code(), 2, "{e}");
+    }
+
+    #[test]
+    fn auto_falls_back_only_where_there_is_no_gpu() {
+        use upcc_nn::DeviceError as E;
+        for e in [
+            E::NoDriver("libcuda.so could not be loaded".into()),
+            E::NoDevice("the driver sees 0 CUDA devices".into()),
+            E::NotBuilt,
+        ] {
+            assert!(no_gpu_here(&e).is_some(), "{e}");
+        }
+        let broken = E::Unavailable {
+            ordinal: 0,
+            message: "NVRTC 13.0 could not compile upcc's kernels for sm_90:\ncuda_kernels.cu(12): error: x".into(),
+            fix: "use the NVRTC of the driver's toolkit".into(),
+        };
+        assert!(
+            no_gpu_here(&broken).is_none(),
+            "a visible but broken GPU is never hidden"
+        );
+        let err = unusable_gpu(&broken);
+        assert_eq!(err.exit_code(), 1);
+        assert!(
+            err.message.contains("\ncuda_kernels.cu(12)"),
+            "the log keeps its lines: {}",
+            err.message
+        );
+        assert!(
+            err.hints.iter().any(|h| h.contains("NVRTC")),
+            "{:?}",
+            err.hints
+        );
+        assert!(
+            err.hints.iter().any(|h| h.contains("--device cpu")),
+            "{:?}",
+            err.hints
+        );
+        let fatal = E::Fatal {
+            device: "cuda:0".into(),
+            op: "gather",
+            message: "CUDA_ERROR_ILLEGAL_ADDRESS".into(),
+        };
+        assert!(no_gpu_here(&fatal).is_none());
     }
 
     #[test]

@@ -45,6 +45,7 @@ pub fn main_entry() -> i32 {
         cli::Command::Report(a) => report::report(a, &env),
         cli::Command::Cancel(a) => commands::cancel(a, &env),
         cli::Command::Job(a) => commands::job(a, &env),
+        cli::Command::Device(a) => commands::device(a, &env),
     };
     match result {
         Ok(code) => code,

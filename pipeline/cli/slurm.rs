@@ -442,6 +442,8 @@ pub struct Invocation {
     pub store: PathBuf,
     pub device: Option<String>,
     pub gpus: Option<String>,
+    /// The numerics class the driver planned training nodes with (jobs plan with it too).
+    pub numerics: String,
 }
 
 impl Invocation {
@@ -452,6 +454,7 @@ impl Invocation {
         store: &Path,
         device: Option<String>,
         gpus: Option<String>,
+        numerics: String,
     ) -> Invocation {
         let spec = match std::fs::canonicalize(spec) {
             Ok(p) if p.is_file() => p.display().to_string(),
@@ -464,6 +467,7 @@ impl Invocation {
             store,
             device,
             gpus,
+            numerics,
         }
     }
 
@@ -489,6 +493,8 @@ impl Invocation {
             sh_quote(node),
             "--recipe".into(),
             recipe.to_string(),
+            "--numerics".into(),
+            sh_quote(&self.numerics),
         ]);
         for s in &self.sets {
             words.extend(["--set".into(), sh_quote(s)]);

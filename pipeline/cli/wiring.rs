@@ -242,10 +242,10 @@ impl Monitor for Mon<'_> {
 
 pub fn stage_err(e: StageError) -> upcc_engine::TaskError {
     use upcc_engine::TaskError;
-    if e.is_user() {
-        TaskError::Input(e.to_string())
-    } else {
-        TaskError::Failed(e.to_string())
+    match &e {
+        StageError::Device(d) if d.is_fatal() => TaskError::DeviceLost(e.to_string()),
+        _ if e.is_user() => TaskError::Input(e.to_string()),
+        _ => TaskError::Failed(e.to_string()),
     }
 }
 
@@ -270,9 +270,14 @@ pub fn node_device(
     compute: &Compute,
     ctx: &mut TaskContext,
 ) -> std::result::Result<NodeCompute, upcc_engine::TaskError> {
-    let c = compute
-        .for_node(ctx.gpu())
-        .map_err(|e| upcc_engine::TaskError::Failed(format!("device error: {e}")))?;
+    let c = compute.for_node(ctx.gpu()).map_err(|e| {
+        let msg = format!("device error: {e}");
+        if e.is_fatal() {
+            upcc_engine::TaskError::DeviceLost(msg)
+        } else {
+            upcc_engine::TaskError::Failed(msg)
+        }
+    })?;
     let (name, numerics) = crate::on_device!(&c, |d| (
         upcc_nn::Device::<f32>::name(d),
         upcc_nn::Device::<f32>::numerics(d)

@@ -14,7 +14,15 @@ fn auto_falls_back_to_the_cpu_with_one_info_line_when_there_is_no_gpu() {
     let spec = env.spec();
     let r = env.upcc(&["status", &spec]);
     assert_eq!(r.code, 0, "{r:?}");
-    let lines = r.stderr.matches("no usable GPU").count();
+    let lines = r.stderr.matches("no GPU here").count();
+    // The JSON says nothing on stderr and names the device and its numerics class instead.
+    let j = env.upcc(&["status", &spec, "--json"]);
+    assert_eq!(j.code, 0, "{j:?}");
+    assert!(!j.stderr.contains("no GPU here"), "{j:?}");
+    let (device, numerics) = (
+        j.json()["device"].as_str().unwrap().to_string(),
+        j.json()["numerics"].as_str().unwrap().to_string(),
+    );
     let explained = env.upcc(&[
         "explain",
         &spec,
@@ -22,15 +30,21 @@ fn auto_falls_back_to_the_cpu_with_one_info_line_when_there_is_no_gpu() {
         "--json",
     ]);
     assert_eq!(explained.code, 0, "{explained:?}");
-    let numerics = explained.json()["numerics"].as_str().unwrap().to_string();
     if driver_present() {
         assert_eq!(lines, 0, "{r:?}");
         assert!(numerics.starts_with("cuda-f32-sm"), "{numerics}");
+        assert!(device.starts_with("cuda:"), "{device}");
     } else {
         assert_eq!(lines, 1, "exactly one info line: {r:?}");
         assert!(r.stderr.contains("computing on the CPU"), "{r:?}");
         assert_eq!(numerics, "cpu-f32");
+        assert_eq!(device, "cpu");
     }
+    assert_eq!(
+        explained.json()["numerics"],
+        numerics,
+        "status and explain plan with the same class"
+    );
 }
 
 #[test]
@@ -86,9 +100,11 @@ fn the_cpu_device_names_training_numerics_and_leaves_data_stages_exact() {
     ]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
-        !r.stderr.contains("no usable GPU"),
+        !r.stderr.contains("no GPU here"),
         "an explicit cpu says nothing: {r:?}"
     );
+    assert_eq!(r.json()["device"], "cpu", "the run's JSON names its device");
+    assert_eq!(r.json()["numerics"], "cpu-f32");
     let explain = |id: &str| {
         let e = env.upcc(&["--device", "cpu", "explain", &spec, id, "--json"]);
         assert_eq!(e.code, 0, "{e:?}");
@@ -101,4 +117,63 @@ fn the_cpu_device_names_training_numerics_and_leaves_data_stages_exact() {
     assert_eq!(libs["numerics"], "cpu-f32", "{libs}");
     assert_eq!(explain("features/blobs")["numerics"], "exact");
     assert_eq!(explain("expert/blobs/lv0.1/s0")["numerics"], "cpu-f32");
+}
+
+#[test]
+fn the_device_command_shows_the_device_a_run_would_use() {
+    let env = Env::new();
+    let r = env.upcc(&["--device", "cpu", "device", "--json"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.json()["device"], "cpu");
+    assert_eq!(r.json()["numerics"], "cpu-f32");
+    let r = env.upcc(&["device"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    if !driver_present() {
+        assert!(r.stdout.contains("numerics  cpu-f32"), "{r:?}");
+        assert!(r.stderr.contains("no GPU here"), "{r:?}");
+    }
+}
+
+const H100: &str = "cuda-f32-sm90-132sm-cublas13.1.0-nvrtc13.0";
+
+#[test]
+fn a_slurm_job_plans_with_its_drivers_numerics_and_opens_a_device_only_to_train() {
+    let env = Env::new();
+    let spec = env.spec();
+    let r = env.upcc(&["--device", "cpu", "run", &spec, "stage=features"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    // A node that does not train plans with the GPU class the driver used, on a machine
+    // without a GPU: planning succeeds and the job gets as far as comparing recipes.
+    let r = env.upcc(&[
+        "--device",
+        "cuda",
+        "job",
+        &spec,
+        "features/blobs",
+        "--recipe",
+        "00",
+        "--numerics",
+        H100,
+    ]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("has recipe"), "{r:?}");
+    // A training node needs this machine's device to compute the planned class.
+    let r = env.upcc(&[
+        "--device",
+        "cpu",
+        "job",
+        &spec,
+        "expert/blobs/lv0.1/s0",
+        "--recipe",
+        "00",
+        "--numerics",
+        H100,
+    ]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr
+            .contains(&format!("was planned for numerics class {H100}")),
+        "{r:?}"
+    );
+    assert!(r.stderr.contains("computes cpu-f32"), "{r:?}");
 }
