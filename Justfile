@@ -90,12 +90,12 @@ bench:
 gpu-build:
     bash .ci/gpu-build.sh
 
-# The GPU suite, on a GPU machine (from gpu/bin): every Device op on CUDA against the CPU, forward
-# and backward; the smoke cells GPU vs CPU (test NMI within 1.5 points); bitwise GPU reruns; the
-# smoke spec with --device cuda. Without a GPU it prints "no GPU, 0 run" and fails.
-gpu-test:
-    bash .ci/gpu-test.sh
+# The GPU suite, on a GPU machine (from gpu/bin; there, without `just`: bash .ci/gpu-test.sh PART):
+# parts device, ops, cells, smoke (all when none is named), each printing PASS or FAIL.
+# Without a GPU it prints "no GPU, 0 run" and fails.
+gpu-test *parts:
+    bash .ci/gpu-test.sh {{parts}}
 
-# The GPU benchmark against PyTorch on the same GPU (parts 1-4, or e.g. `just bench-gpu 1 2`).
+# The GPU benchmark against PyTorch on the same GPU (parts 1-6, default 1-4; e.g. `just bench-gpu 1 2`).
 bench-gpu *parts:
     bash .ci/bench-gpu.sh {{parts}}

@@ -1,19 +1,28 @@
 #!/usr/bin/env bash
-# The GPU benchmark (`just bench-gpu`), run on a GPU machine from gpu/bin (.ci/gpu-build.sh):
-# upcc against PyTorch on the same GPU, one JSON line per figure.
+# The GPU benchmark, run on a GPU machine from gpu/bin (.ci/gpu-build.sh): upcc against
+# PyTorch on the same GPU, one JSON line per figure. Parts (each well inside the 10 minutes one
+# device command may take; `bash .ci/bench-gpu.sh 1 2` runs those, no argument runs 1-4):
 #   1. one training step of the paper's autoencoder, batch 256 and 1024 (upcc; PyTorch eager,
-#      back to back, CUDA graph);
-#   2. one ProbPair epoch of the smoke multi3 cell with 9k constraints (upcc; PyTorch eager and
-#      CUDA graph on the same shapes), and upcc's ECI-PP epoch on that cell, by part;
+#      back to back, CUDA graph, when PyTorch with CUDA is importable there);
+#   2. one ProbPair and one ECI-PP epoch of the smoke multi3 cell with 9k constraints (upcc),
+#      wall time per node and per part;
 #   3. the full ECI-PP cell at the paper's settings on the MNIST sample
-#      (experiments/mnist5k-eci-cell.yaml), wall time per node and per part;
-#   4. the smoke spec end to end.
-# `bash .ci/bench-gpu.sh 1 2` runs only those parts (a device command may run 10 minutes).
+#      (experiments/mnist5k-eci-cell.yaml);
+#   4. the smoke spec end to end on the GPU;
+#   5. the smoke spec on the CPU with every core;  6. the same on 2 cores (taskset): the
+#      multi-core scaling of the CPU executor.
+# Each part prints PASS or FAIL with its time, and its figures only when it succeeded; the
+# script exits non-zero if any part failed. UPCC_BENCH_DEVICE=cpu runs parts 2-4 on the CPU (to
+# check this script without a GPU); UPCC_BIN names the upcc binary (default gpu/bin/upcc).
 set -uo pipefail
-parts=" ${*:-1 2 3 4} "
-want() { [[ "$parts" == *" $1 "* ]]; }
+parts="${*:-1 2 3 4}"
+for p in $parts; do
+    case "$p" in
+        1 | 2 | 3 | 4 | 5 | 6) ;;
+        *) echo "bench-gpu: unknown part \`$p\`; the parts are 1-6"; exit 2 ;;
+    esac
+done
 cd "$(dirname "$0")/.."
-# UPCC_BENCH_DEVICE=cpu dry-runs parts 2-4 on the CPU (to check this script without a GPU).
 DEV="${UPCC_BENCH_DEVICE:-cuda}"
 if [ "$DEV" = cuda ] && [ ! -e /proc/driver/nvidia/version ] && ! command -v nvidia-smi >/dev/null 2>&1; then
     echo "bench-gpu: no GPU, nothing measured"
@@ -24,11 +33,18 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda-13.0/targets/x86_64-linux/lib /us
 done
 UPCC="${UPCC_BIN:-gpu/bin/upcc}"
 work="${UPCC_GPU_WORK:-$(mktemp -d)}"
+mkdir -p "$work"
+limit="${UPCC_PART_SECONDS:-570}"
 py=python3
-nodes_json() {  # store spec selectors...: one JSON line per executed node with its timings
-    local store=$1 spec=$2; shift 2
-    "$UPCC" --store "$store" --device "$DEV" run "$spec" "$@" --json --progress none > "$work/run.json" || return 1
-    $py - "$UPCC" "$store" "$spec" "$work/run.json" "$DEV" "$@" <<'PY'
+export UPCC UPCC_DEV="$DEV" work py
+
+# store spec selectors...: runs the nodes, then one JSON line per executed node with its
+# timings (from the manifests), and the total.
+nodes_json() {
+    local store=$1 spec=$2 dev=$3
+    shift 3
+    "$UPCC" --store "$store" --device "$dev" run "$spec" "$@" --json --progress none > "$work/run.json" || return 1
+    $py - "$UPCC" "$store" "$spec" "$work/run.json" "$dev" "$@" <<'PY'
 import json, subprocess, sys
 upcc, store, spec, path, dev = sys.argv[1:6]
 rest = sys.argv[6:]
@@ -37,36 +53,77 @@ run = json.load(open(path))
 for n in run["nodes"]:
     if n["outcome"] != "executed":
         continue
-    m = json.loads(subprocess.run([upcc, "--store", store, "--device", dev, "explain", spec, n["id"], "--json", *sets],
-                                  capture_output=True, text=True).stdout)["manifest"]
+    p = subprocess.run([upcc, "--store", store, "--device", dev, "explain", spec, n["id"], "--json", *sets],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"explain {n['id']} failed: {p.stderr}")
+    m = json.loads(p.stdout)["manifest"]
     s = {k: round(v, 4) for k, v in m["summary"].items() if k.startswith("seconds")}
     print(json.dumps({"node": n["id"], "wall_s": round(n["duration_s"], 2), **s}))
-print(json.dumps({"total_s": round(run["seconds"], 2), "nodes_executed": run["executed"]}))
+print(json.dumps({"total_s": round(run["seconds"], 2), "nodes_executed": run["executed"],
+                  "device": run.get("device"), "numerics": run.get("numerics")}))
 PY
 }
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
-if want 1; then
-    echo "== 1. one training step of the paper's autoencoder"
-    DEVICE=cuda gpu/bin/ae_step 256 1024
-    if $py -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
-        $py stages/nn/benches/torch_gpu.py
-    else
-        echo '{"impl":"pytorch","error":"PyTorch with CUDA is not importable here; see ../shared/reference/gpu-machine.md for its figures on this GPU"}'
-    fi
-fi
-if want 2; then
-    echo "== 2. ProbPair and ECI-PP epochs, smoke multi3 cell, 9k constraints (trial 1)"
-    nodes_json "$work/epochs" experiments/smoke.yaml target=eci supervision=multi3 method=probpair,eci-pp trial=1 \
-        --set constraints.budget=9000
-fi
-if want 3; then
-    echo "== 3. the full ECI-PP cell at the paper's settings on the MNIST sample"
-    nodes_json "$work/cell" experiments/mnist5k-eci-cell.yaml
-fi
-if want 4; then
-    echo "== 4. the smoke spec end to end"
+
+# label device [runner...]: the smoke spec from a fresh store, its wall time as one JSON line.
+smoke_json() {
+    local label=$1 dev=$2
+    shift 2
+    local store="$work/smoke-$label"
+    rm -rf "$store"
+    local start end
     start=$(date +%s.%N)
-    "$UPCC" --store "$work/smoke" --device "$DEV" run experiments/smoke.yaml --progress none > /dev/null
+    "$@" "$UPCC" --store "$store" --device "$dev" run experiments/smoke.yaml --progress none > /dev/null || return 1
     end=$(date +%s.%N)
-    $py -c "print('{\"bench\":\"smoke run\",\"device\":\"$DEV\",\"wall_s\":%.1f}' % ($end - $start))"
-fi
+    $py -c "import sys; print('{\"bench\":\"smoke run\",\"runner\":\"$label\",\"device\":\"$dev\",\"wall_s\":%.1f}' % ($end - $start))"
+}
+
+part() {
+    case "$1" in
+        1)
+            DEVICE="$UPCC_DEV" gpu/bin/ae_step 256 1024 || return 1
+            if $py -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+                $py stages/nn/benches/torch_gpu.py || return 1
+            else
+                echo '{"impl":"pytorch","note":"PyTorch with CUDA is not importable here; see ../shared/reference/gpu-machine.md for its figures on this GPU"}'
+            fi
+            ;;
+        2) nodes_json "$work/epochs" experiments/smoke.yaml "$UPCC_DEV" target=eci supervision=multi3 \
+               method=probpair,eci-pp trial=1 --set constraints.budget=9000 ;;
+        3) nodes_json "$work/cell" experiments/mnist5k-eci-cell.yaml "$UPCC_DEV" ;;
+        4) smoke_json "$UPCC_DEV" "$UPCC_DEV" ;;
+        5) smoke_json "cpu-$(nproc)-cores" cpu ;;
+        6) smoke_json cpu-2-cores cpu taskset -c 0,1 env UPCC_THREADS=2 ;;
+    esac
+}
+export -f part nodes_json smoke_json
+command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+status=0
+summary=""
+for p in $parts; do
+    echo "== bench-gpu part $p"
+    log="$work/part-$p.out"
+    start=$(date +%s)
+    timeout --signal=TERM --kill-after=10 "$limit" bash -c 'part "$0"' "$p" > "$log" 2>&1
+    rc=$?
+    secs=$(( $(date +%s) - start ))
+    if [ "$rc" -eq 0 ]; then
+        cat "$log"
+        line="PASS part $p (${secs} s)"
+    else
+        # No figures from a part that failed: only its log, marked.
+        sed 's/^/  | /' "$log" | tail -n 40
+        if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+            line="FAIL part $p: stopped after ${limit} s (UPCC_PART_SECONDS)"
+        else
+            line="FAIL part $p (exit $rc, ${secs} s)"
+        fi
+        status=1
+    fi
+    [ -n "${OUT:-}" ] && cp "$log" "$OUT/bench-gpu-part-$p.log"
+    echo "$line"
+    summary="$summary$line"$'\n'
+done
+echo "== bench-gpu summary"
+printf '%s' "$summary"
+exit "$status"

@@ -13,6 +13,7 @@ mod explain;
 mod fetch;
 mod gc;
 mod golden;
+mod gpu_scripts;
 mod interop;
 mod methods;
 mod numerics;
