@@ -148,14 +148,17 @@ fn build_with(
                     continue;
                 }
                 if let Some(p) = published.filter(|_| target.kind == TargetKind::Experts) {
-                    let row = p.datasets.get(ds).unwrap_or(ds);
-                    let col = p.supervision.get(sup).unwrap_or(sup);
-                    if let Some((_, _, v)) = p.cells.iter().find(|(r, c, _)| r == row && c == col) {
+                    let coords = BTreeMap::from([
+                        ("dataset".to_string(), ds.clone()),
+                        ("supervision".to_string(), sup.clone()),
+                    ]);
+                    // Validated: an experts table's printed values are numbers.
+                    if let Some(v) = p.printed_at(&coords).and_then(|t| t.parse().ok()) {
                         published_cells.push(upcc_report::published::PublishedValue {
                             coord: vec![ds.clone(), sup.clone()],
                             split: "test".into(),
                             metric: upcc_report::Metric::Acc,
-                            value: *v,
+                            value: v,
                         });
                     }
                 }
@@ -310,26 +313,65 @@ fn build_with(
             // The experts table shows accuracies only: the NMI variant does not touch it.
             settings.nmi = upcc_report::TableSettings::default().nmi;
         }
-        let published = published.map(|p| upcc_report::published::Published {
-            source: p.source.clone(),
-            values: published_cells
-                .iter()
-                .cloned()
-                .chain(
-                    published_values
-                        .iter()
-                        .filter(|(_, r)| {
-                            target.splits.contains(&r.split) && target.metrics.contains(&r.metric)
-                        })
-                        .map(|(coords, r)| upcc_report::published::PublishedValue {
-                            coord: axes.iter().map(|(a, _)| coords[a].clone()).collect(),
-                            split: r.split.clone(),
-                            metric: r.metric,
-                            value: r.value,
-                        }),
+        // Blind-spot, selection and runtime tables: the printed values of their cells.
+        let published_text = published
+            .filter(|_| {
+                matches!(
+                    target.kind,
+                    TargetKind::BlindSpots | TargetKind::Selection | TargetKind::Runtime
                 )
-                .collect(),
-        });
+            })
+            .map(|p| {
+                let mut values: Vec<upcc_report::published::PublishedText> = Vec::new();
+                for c in &cells {
+                    let coord: Vec<String> = axes
+                        .iter()
+                        .map(|(a, _)| c.coords.get(a).cloned().unwrap_or_default())
+                        .collect();
+                    if values.iter().any(|v| v.coord == coord) {
+                        continue;
+                    }
+                    if let Some(text) = p.printed_at(&c.coords) {
+                        values.push(upcc_report::published::PublishedText {
+                            coord,
+                            text: text.to_string(),
+                        });
+                    }
+                }
+                upcc_report::published::PublishedTexts {
+                    source: p.source.clone(),
+                    comparison: match target.kind {
+                        TargetKind::BlindSpots => upcc_report::published::Comparison::Exact,
+                        TargetKind::Selection => upcc_report::published::Comparison::Number,
+                        _ => upcc_report::published::Comparison::Duration,
+                    },
+                    values,
+                    device: p.device.clone(),
+                }
+            });
+        let published = published
+            .filter(|_| matches!(target.kind, TargetKind::Table | TargetKind::Experts))
+            .map(|p| upcc_report::published::Published {
+                source: p.source.clone(),
+                values: published_cells
+                    .iter()
+                    .cloned()
+                    .chain(
+                        published_values
+                            .iter()
+                            .filter(|(_, r)| {
+                                target.splits.contains(&r.split)
+                                    && target.metrics.contains(&r.metric)
+                            })
+                            .map(|(coords, r)| upcc_report::published::PublishedValue {
+                                coord: axes.iter().map(|(a, _)| coords[a].clone()).collect(),
+                                split: r.split.clone(),
+                                metric: r.metric,
+                                value: r.value,
+                            }),
+                    )
+                    .collect(),
+            });
         let layout = TableLayout {
             title: target.title.clone().unwrap_or_else(|| tname.clone()),
             axes,
@@ -339,6 +381,7 @@ fn build_with(
             settings,
             highlight_best: !experts,
             published,
+            published_text,
             caption: experts.then(|| {
                 if params.expert_sharing.per_trial {
                     "Mean ± std over trials of the experts' test accuracy (%, ACC); multi-expert settings: the mean over their experts"

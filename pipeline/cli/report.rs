@@ -185,7 +185,17 @@ fn work_node(dag: &upcc_engine::Dag, leaf: usize) -> usize {
 
 /// Recorded wall time per node index (`None`: not computed), read once per report: shared
 /// upstream nodes (pretraining, searches) are reached from many cells.
-pub(crate) type Durations = std::collections::HashMap<usize, Option<f64>>;
+/// Each training node's recorded wall time and what it ran on (`None`: not computed).
+pub(crate) type Durations = std::collections::HashMap<usize, Option<(f64, String)>>;
+
+/// What a manifest says its node ran on: the GPU's model, else the CPU's with the threads.
+fn ran_on(m: &Manifest) -> String {
+    let p = &m.provenance;
+    match p.libraries.get("device.gpu") {
+        Some(gpu) => gpu.clone(),
+        None => format!("{}, {} threads", p.cpu, p.threads),
+    }
+}
 
 /// The summed wall time of the trainings upstream of `leaf` (nodes with a device numerics
 /// class, except the simulated experts), or `None` if one of them is not computed.
@@ -196,9 +206,21 @@ fn training_seconds(
     leaf: usize,
     durations: &mut Durations,
 ) -> Result<Option<f64>> {
+    Ok(training_time(dag, entries, store, leaf, durations)?.map(|(s, _)| s))
+}
+
+/// [`training_seconds`] and the devices those trainings ran on.
+fn training_time(
+    dag: &upcc_engine::Dag,
+    entries: &[PlanEntry],
+    store: &Store,
+    leaf: usize,
+    durations: &mut Durations,
+) -> Result<Option<(f64, BTreeSet<String>)>> {
     let mut stack = vec![leaf];
     let mut seen = BTreeSet::new();
     let mut total = 0.0;
+    let mut devices = BTreeSet::new();
     while let Some(i) = stack.pop() {
         if !seen.insert(i) {
             continue;
@@ -206,15 +228,19 @@ fn training_seconds(
         let n = dag.node(i);
         if n.numerics != "exact" && n.stage != "expert" {
             let d = match durations.get(&i) {
-                Some(d) => *d,
+                Some(d) => d.clone(),
                 None => {
-                    let d = fresh_manifest(store, &entries[i])?.map(|m| m.provenance.duration_s);
-                    durations.insert(i, d);
+                    let d = fresh_manifest(store, &entries[i])?
+                        .map(|m| (m.provenance.duration_s, ran_on(&m)));
+                    durations.insert(i, d.clone());
                     d
                 }
             };
             match d {
-                Some(d) => total += d,
+                Some((d, device)) => {
+                    total += d;
+                    devices.insert(device);
+                }
                 None => return Ok(None),
             }
         }
@@ -224,7 +250,7 @@ fn training_seconds(
             }
         }
     }
-    Ok(Some(total))
+    Ok(Some((total, devices)))
 }
 
 /// A runtime target (the paper's Table 11): per cell, the mean over its timed trials of the
@@ -238,22 +264,30 @@ pub(crate) fn runtime_table(
     durations: &mut Durations,
 ) -> Result<upcc_report::Rendered> {
     use upcc_report::text::{hms, render_text, TextCell};
-    let mut by_cell: Vec<(&std::collections::BTreeMap<String, String>, Vec<f64>)> = Vec::new();
+    type ByCell<'a> = Vec<(
+        &'a std::collections::BTreeMap<String, String>,
+        Vec<f64>,
+        BTreeSet<String>,
+    )>;
+    let mut by_cell: ByCell = Vec::new();
     for cell in &t.cells {
-        let s = training_seconds(dag, entries, store, cell.leaf, durations)?;
-        let i = match by_cell.iter().position(|(c, _)| *c == &cell.coords) {
+        let s = training_time(dag, entries, store, cell.leaf, durations)?;
+        let i = match by_cell.iter().position(|(c, _, _)| *c == &cell.coords) {
             Some(i) => i,
             None => {
-                by_cell.push((&cell.coords, vec![]));
+                by_cell.push((&cell.coords, vec![], BTreeSet::new()));
                 by_cell.len() - 1
             }
         };
-        by_cell[i].1.extend(s);
+        if let Some((secs, devices)) = s {
+            by_cell[i].1.push(secs);
+            by_cell[i].2.extend(devices);
+        }
     }
     let cells: Vec<TextCell> = by_cell
         .into_iter()
-        .filter(|(_, s)| !s.is_empty())
-        .map(|(coords, s)| {
+        .filter(|(_, s, _)| !s.is_empty())
+        .map(|(coords, s, devices)| {
             let mean = s.iter().sum::<f64>() / s.len() as f64;
             let text = if s.len() < t.trials {
                 format!("{} ({} of {} trials)", hms(mean), s.len(), t.trials)
@@ -265,6 +299,7 @@ pub(crate) fn runtime_table(
                 latex: text.clone(),
                 text,
                 value: Some(mean),
+                device: Some(devices.into_iter().collect::<Vec<_>>().join(" / ")),
             }
         })
         .collect();

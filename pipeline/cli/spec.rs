@@ -115,6 +115,9 @@ pub struct DatasetSpec {
     /// sizes differ, naming each difference.
     #[serde(default)]
     pub expect: Option<upcc_stages::features::Expected>,
+    /// A mapping of the labels as read: `cifar100-coarse` (CIFAR-100's 20 superclasses).
+    #[serde(default)]
+    pub labels: Option<upcc_stages::features::LabelMap>,
 }
 
 /// Which trainings of a dataset hold its validation rows out (FIDELITY.md).
@@ -257,13 +260,37 @@ pub struct TargetSpec {
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct FetchSpec {
-    pub url: String,
+    /// Where to download the file (absent when it comes in `parts`).
+    #[serde(default)]
+    pub url: Option<String>,
     /// SHA-256 of the file, hex.
     #[serde(default)]
     pub sha256: Option<String>,
     /// BLAKE3 of the file, hex.
     #[serde(default)]
     pub blake3: Option<String>,
+    /// Git's blob id of the file (what `git hash-object FILE` prints: SHA-1 of
+    /// `blob <length>\0` and the bytes), hex: how a file committed to a git repository is
+    /// pinned.
+    #[serde(default)]
+    pub git_blob: Option<String>,
+    /// A file published in parts (`x.pkl.part1`, `x.pkl.part2`, ...): each part downloaded
+    /// and checked alone, then concatenated in this order.
+    #[serde(default)]
+    pub parts: Vec<FetchPart>,
+}
+
+/// One part of a file published in parts.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FetchPart {
+    pub url: String,
+    #[serde(default)]
+    pub sha256: Option<String>,
+    #[serde(default)]
+    pub blake3: Option<String>,
+    #[serde(default)]
+    pub git_blob: Option<String>,
 }
 
 /// A table target's published values: a CSV file
@@ -285,40 +312,71 @@ pub struct PublishedSpec {
     /// Spec supervision → the file's (default: the same name).
     #[serde(default)]
     pub supervision: BTreeMap<String, String>,
+    /// Spec method → the file's name for it (`sp-ea: SpherePair`; default: the method's kind
+    /// for clustering tables, its name otherwise).
+    #[serde(default)]
+    pub methods: BTreeMap<String, String>,
     /// Columns not to match on (`pretrain`, `corruption`, `budget`): e.g. `[budget]` to hold
     /// a 3k-constraint run against the paper's 9k numbers.
     #[serde(default)]
     pub ignore: Vec<String>,
+    /// `table,row,column,value` files: which grid axis the file's rows and columns are
+    /// (default: rows `dataset`, columns `supervision`; runtime tables: rows `method`,
+    /// columns `dataset`).
+    #[serde(default)]
+    pub rows: Option<String>,
+    #[serde(default)]
+    pub columns: Option<String>,
+    /// What the published values were measured on (runtime tables: the paper's GPU).
+    #[serde(default)]
+    pub device: Option<String>,
 }
 
-/// One row of a published-values file.
-#[derive(Clone, Debug, PartialEq)]
-pub struct PublishedRow {
-    pub dataset: String,
-    pub supervision: String,
-    pub method: String,
-    pub pretrain: bool,
-    pub corruption: f64,
-    pub budget: usize,
-    pub metric: upcc_report::Metric,
-    pub split: String,
-    pub value: f64,
-}
+/// One row of a published clustering-scores file.
+pub use upcc_report::published::PublishedScore as PublishedRow;
 
 /// A table target's published values as loaded.
 #[derive(Clone, Debug)]
 pub struct PublishedTable {
     pub source: String,
+    /// A clustering table's scores.
     pub rows: Vec<PublishedRow>,
-    /// An experts target's values: (the file's row = dataset, column = supervision, value),
-    /// from a `table,row,column,value` file (`other-tables.csv`).
-    pub cells: Vec<(String, String, f64)>,
+    /// The values of a `table,row,column,value` file (experts, blind-spot, selection and
+    /// runtime tables), as printed.
+    pub printed: Vec<upcc_report::published::PrintedCell>,
     pub datasets: BTreeMap<String, String>,
     pub supervision: BTreeMap<String, String>,
+    pub methods: BTreeMap<String, String>,
     pub ignore: Vec<String>,
+    /// The grid axes the printed file's rows and columns are.
+    pub row_axis: String,
+    pub column_axis: String,
+    pub device: Option<String>,
 }
 
 impl PublishedTable {
+    /// The file's name for value `v` of axis `axis` (mapped by `datasets`, `supervision`,
+    /// `methods`; unmapped values as they are).
+    fn file_name<'a>(&'a self, axis: &str, v: &'a str) -> &'a str {
+        let map = match axis {
+            "dataset" => &self.datasets,
+            "supervision" => &self.supervision,
+            "method" => &self.methods,
+            _ => return v,
+        };
+        map.get(v).map(|s| s.as_str()).unwrap_or(v)
+    }
+
+    /// The printed value of the cell at `coords` (a `table,row,column,value` file).
+    pub fn printed_at(&self, coords: &BTreeMap<String, String>) -> Option<&str> {
+        let row = self.file_name(&self.row_axis, coords.get(&self.row_axis)?);
+        let col = self.file_name(&self.column_axis, coords.get(&self.column_axis)?);
+        self.printed
+            .iter()
+            .find(|c| c.row == row && c.column == col)
+            .map(|c| c.text.as_str())
+    }
+
     /// The rows a cell matches: its dataset, supervision and method kind (mapped), and its
     /// pretraining, corruption and budget unless ignored.
     pub fn matching<'a>(
@@ -356,145 +414,6 @@ impl PublishedTable {
                 && (ib || r.budget == budget)
         })
     }
-}
-
-/// Read the rows of table `table` from a published-values CSV; errors name the line.
-/// The error for a published-values file without rows of the named table.
-fn no_rows(display: &str, table: &str, tables: &BTreeSet<String>) -> String {
-    let known: Vec<&str> = tables.iter().map(|t| t.as_str()).collect();
-    format!(
-        "`{display}` has no rows of table `{table}` (its tables: {})",
-        known.join(", ")
-    )
-}
-
-/// The values of `table` in a `table,row,column,value` file (fields may be double-quoted):
-/// (row, column, value). Values must be numbers (percent, as printed).
-pub fn read_published_cells(
-    path: &Path,
-    display: &str,
-    table: &str,
-) -> std::result::Result<Vec<(String, String, f64)>, String> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("cannot read `{display}`: {e}"))?;
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty());
-    const HEADER: &str = "table,row,column,value";
-    match lines.next() {
-        Some((_, h)) if h.trim() == HEADER => {}
-        _ => return Err(format!("`{display}`:1: the header must be `{HEADER}`")),
-    }
-    let mut cells = Vec::new();
-    let mut tables = BTreeSet::new();
-    for (no, line) in lines {
-        let at = |what: String| format!("`{display}`:{}: {what}", no + 1);
-        // Split on commas outside double quotes.
-        let mut f: Vec<String> = vec![String::new()];
-        let mut quoted = false;
-        for c in line.chars() {
-            match c {
-                '"' => quoted = !quoted,
-                ',' if !quoted => f.push(String::new()),
-                c => f.last_mut().expect("one field at least").push(c),
-            }
-        }
-        if f.len() != 4 {
-            return Err(at(format!("{} fields, expected 4", f.len())));
-        }
-        tables.insert(f[0].clone());
-        if f[0] != table {
-            continue;
-        }
-        let value: f64 = f[3]
-            .trim()
-            .parse()
-            .ok()
-            .filter(|v: &f64| v.is_finite())
-            .ok_or_else(|| at(format!("value `{}` is not a number", f[3])))?;
-        cells.push((f[1].clone(), f[2].clone(), value));
-    }
-    if cells.is_empty() {
-        return Err(no_rows(display, table, &tables));
-    }
-    Ok(cells)
-}
-
-pub fn read_published(
-    path: &Path,
-    display: &str,
-    table: &str,
-) -> std::result::Result<Vec<PublishedRow>, String> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("cannot read `{display}`: {e}"))?;
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty());
-    const HEADER: &str =
-        "table,dataset,supervision,method,pretrain,corruption,budget,metric,split,value";
-    match lines.next() {
-        Some((_, h)) if h.trim() == HEADER => {}
-        _ => return Err(format!("`{display}`:1: the header must be `{HEADER}`")),
-    }
-    let mut rows = Vec::new();
-    let mut tables = BTreeSet::new();
-    for (no, line) in lines {
-        let f: Vec<&str> = line.split(',').map(str::trim).collect();
-        let at = |what: String| format!("`{display}`:{}: {what}", no + 1);
-        if f.len() != 10 {
-            return Err(at(format!("{} fields, expected 10", f.len())));
-        }
-        tables.insert(f[0].to_string());
-        if f[0] != table {
-            continue;
-        }
-        let pretrain = match f[4] {
-            "true" => true,
-            "false" => false,
-            v => return Err(at(format!("`pretrain` is `{v}`, expected true or false"))),
-        };
-        let corruption: f64 = f[5]
-            .parse()
-            .map_err(|_| at(format!("`corruption` `{}` is not a number", f[5])))?;
-        let budget: usize = f[6]
-            .parse()
-            .map_err(|_| at(format!("`budget` `{}` is not a whole number", f[6])))?;
-        let metric = match f[7] {
-            "ACC" => upcc_report::Metric::Acc,
-            "NMI" => upcc_report::Metric::Nmi,
-            "ARI" => upcc_report::Metric::Ari,
-            v => return Err(at(format!("`metric` is `{v}`, expected ACC, NMI or ARI"))),
-        };
-        if !matches!(f[8], "train" | "test" | "val") {
-            return Err(at(format!(
-                "`split` is `{}`, expected train, test or val",
-                f[8]
-            )));
-        }
-        let value: f64 = f[9]
-            .parse()
-            .map_err(|_| at(format!("`value` `{}` is not a number", f[9])))?;
-        if !value.is_finite() {
-            return Err(at(format!("`value` `{}` is not finite", f[9])));
-        }
-        rows.push(PublishedRow {
-            dataset: f[1].to_string(),
-            supervision: f[2].to_string(),
-            method: f[3].to_string(),
-            pretrain,
-            corruption,
-            budget,
-            metric,
-            split: f[8].to_string(),
-            value,
-        });
-    }
-    if rows.is_empty() {
-        return Err(no_rows(display, table, &tables));
-    }
-    Ok(rows)
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -1331,23 +1250,67 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
         for (role, f) in &d.fetch {
             let at =
                 |field: &'static str| ["datasets", name.as_str(), "fetch", role.as_str(), field];
-            if !(f.url.starts_with("http://") || f.url.starts_with("https://")) {
-                p.add(&at("url"), format!("dataset `{name}`: `fetch.{role}.url` must be an http:// or https:// URL, got `{}`", f.url), None);
-            }
-            for (field, v) in [("sha256", &f.sha256), ("blake3", &f.blake3)] {
-                if let Some(v) = v {
-                    if v.len() != 64 || !v.chars().all(|c| c.is_ascii_hexdigit()) {
-                        p.add(&at(field), format!("dataset `{name}`: `fetch.{role}.{field}` must be 64 hex digits, got `{v}`"), None);
+            let check_one =
+                |p: &mut Problems,
+                 place: &str,
+                 url: &str,
+                 digests: [(&'static str, &Option<String>); 3]| {
+                    if !(url.starts_with("http://") || url.starts_with("https://")) {
+                        p.add(&at("url"), format!("dataset `{name}`: `{place}.url` must be an http:// or https:// URL, got `{url}`"), None);
+                    }
+                    let given: Vec<&str> = digests
+                        .iter()
+                        .filter(|(_, v)| v.is_some())
+                        .map(|(f, _)| *f)
+                        .collect();
+                    if given.len() > 1 {
+                        p.add(
+                            &at(given[1]),
+                            format!(
+                                "dataset `{name}`: `{place}` gives {} digests",
+                                given.join(" and ")
+                            ),
+                            Some("give one digest per file".into()),
+                        );
+                    }
+                    for (field, v) in digests {
+                        if let Some(v) = v {
+                            let len = if field == "git_blob" { 40 } else { 64 };
+                            if v.len() != len || !v.chars().all(|c| c.is_ascii_hexdigit()) {
+                                p.add(&at(field), format!("dataset `{name}`: `{place}.{field}` must be {len} hex digits, got `{v}`"), None);
+                            }
+                        }
+                    }
+                };
+            let place = format!("fetch.{role}");
+            match (&f.url, f.parts.is_empty()) {
+                (Some(url), true) => check_one(
+                    &mut p,
+                    &place,
+                    url,
+                    [("sha256", &f.sha256), ("blake3", &f.blake3), ("git_blob", &f.git_blob)],
+                ),
+                (None, false) => {
+                    if f.sha256.is_some() || f.blake3.is_some() || f.git_blob.is_some() {
+                        p.add(&at("parts"), format!("dataset `{name}`: `{place}` gives a digest beside `parts`"), Some("each part carries its own digest".into()));
+                    }
+                    for (k, part) in f.parts.iter().enumerate() {
+                        check_one(
+                            &mut p,
+                            &format!("{place}.parts[{k}]"),
+                            &part.url,
+                            [("sha256", &part.sha256), ("blake3", &part.blake3), ("git_blob", &part.git_blob)],
+                        );
+                    }
+                    if d.files.contains_key(role) {
+                        p.add(&["datasets", name, "files", role], format!("dataset `{name}`: `files.{role}` names a local copy of a file fetched in parts"), Some("drop it; put the downloaded parts into $UPCC_DATA_MIRROR instead (found by their file names)".into()));
                     }
                 }
+                (Some(_), false) => p.add(&at("parts"), format!("dataset `{name}`: `{place}` gives both `url` and `parts`"), Some("one file has a `url`; a file published in pieces has `parts`, each with its `url`".into())),
+                (None, true) => p.add(&at("url"), format!("dataset `{name}`: `{place}` has no `url`"), Some("give `url` and a digest (`sha256`, `blake3` or `git_blob`), or `parts`".into())),
             }
         }
-        let separate = matches!(d.format, DataFormat::Idx | DataFormat::Npy);
-        let (single, split): (&[&str], &[&str]) = if separate {
-            (&["x", "y"], &["train_x", "train_y", "test_x", "test_y"])
-        } else {
-            (&["data"], &["train", "test"])
-        };
+        let (single, split) = d.format.roles();
         let ok =
             roles == single.iter().copied().collect() || roles == split.iter().copied().collect();
         if !ok {
@@ -2010,8 +1973,15 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
             continue;
         };
         let at = |f: &'static str| ["targets", t.as_str(), "published", f];
-        if !matches!(target.kind, TargetKind::Table | TargetKind::Experts) {
-            p.add(&at("file"), format!("target `{t}`: `published` values are compared with the cells of a clustering or experts table; this target is of kind `{}`", target.kind.name()), None);
+        if !matches!(
+            target.kind,
+            TargetKind::Table
+                | TargetKind::Experts
+                | TargetKind::BlindSpots
+                | TargetKind::Selection
+                | TargetKind::Runtime
+        ) {
+            p.add(&at("file"), format!("target `{t}`: `published` values are compared with tables (clustering, experts, blind-spot, selection and runtime tables); this target is of kind `{}`", target.kind.name()), None);
             continue;
         }
         for c in &ps.ignore {
@@ -2019,14 +1989,50 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
                 p.add(&at("ignore"), format!("target `{t}`: `published.ignore` lists `{c}`; only `pretrain`, `corruption` and `budget` can be left unmatched"), None);
             }
         }
-        let path = src.dir.join(&ps.file);
-        let read = if target.kind == TargetKind::Experts {
-            read_published_cells(&path, &ps.file, &ps.table).map(|c| (vec![], c))
+        let (row_default, col_default) = if target.kind == TargetKind::Runtime {
+            ("method", "dataset")
         } else {
-            read_published(&path, &ps.file, &ps.table).map(|r| (r, vec![]))
+            ("dataset", "supervision")
         };
+        let row_axis = ps.rows.clone().unwrap_or_else(|| row_default.to_string());
+        let column_axis = ps
+            .columns
+            .clone()
+            .unwrap_or_else(|| col_default.to_string());
+        for (field, axis) in [("rows", &row_axis), ("columns", &column_axis)] {
+            if !["dataset", "supervision", "method"].contains(&axis.as_str()) {
+                p.add(&at(field), format!("target `{t}`: `published.{field}` is `{axis}`; the file's rows and columns can be `dataset`, `supervision` or `method`"), None);
+            }
+        }
+        let path = src.dir.join(&ps.file);
+        let read = std::fs::read(&path)
+            .map_err(|e| format!("cannot read `{}`: {e}", ps.file))
+            .and_then(|bytes| {
+                if target.kind == TargetKind::Table {
+                    upcc_report::published::read_scores(&bytes, &ps.file, &ps.table)
+                        .map(|r| (r, vec![]))
+                } else {
+                    upcc_report::published::read_printed(&bytes, &ps.file, &ps.table)
+                        .map(|c| (vec![], c))
+                }
+            });
+        let read = read.and_then(|(rows, printed)| {
+            // An experts table's values are accuracies: numbers.
+            if target.kind == TargetKind::Experts {
+                if let Some(c) = printed
+                    .iter()
+                    .find(|c| c.text.parse::<f64>().map_or(true, |v| !v.is_finite()))
+                {
+                    return Err(format!(
+                        "`{}`:{}: value `{}` is not a number",
+                        ps.file, c.line, c.text
+                    ));
+                }
+            }
+            Ok((rows, printed))
+        });
         match read {
-            Ok((rows, cells)) => {
+            Ok((rows, printed)) => {
                 published.insert(
                     t.clone(),
                     PublishedTable {
@@ -2035,10 +2041,14 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
                             .clone()
                             .unwrap_or_else(|| format!("`{}`, table `{}`", ps.file, ps.table)),
                         rows,
-                        cells,
+                        printed,
                         datasets: ps.datasets.clone(),
                         supervision: ps.supervision.clone(),
+                        methods: ps.methods.clone(),
                         ignore: ps.ignore.clone(),
+                        row_axis,
+                        column_axis,
+                        device: ps.device.clone(),
                     },
                 );
             }

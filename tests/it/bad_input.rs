@@ -295,7 +295,7 @@ fn eci_settings_on_a_non_eci_method_are_refused() {
 }
 
 #[test]
-fn pickled_npy_is_refused_with_a_conversion_hint() {
+fn pickled_npy_is_refused_naming_the_format_that_reads_it() {
     let mut npy = b"\x93NUMPY\x01\x00".to_vec();
     let header = "{'descr': '|O', 'fortran_order': False, 'shape': (), }          \n";
     npy.extend_from_slice(&(header.len() as u16).to_le_bytes());
@@ -308,7 +308,7 @@ fn pickled_npy_is_refused_with_a_conversion_hint() {
         Some(&spec),
         &[("x.npy", &npy)],
         &[],
-        &["pickled Python objects", "np.save"],
+        &["pickled Python objects", "format: pickle"],
     );
 }
 

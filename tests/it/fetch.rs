@@ -23,6 +23,11 @@ struct Server {
 
 impl Server {
     fn start(body: Vec<u8>, cut_first: bool) -> Server {
+        Self::serving(vec![("/blobs.csv".to_string(), body)], cut_first)
+    }
+
+    /// A server of several files, by path.
+    fn serving(files: Vec<(String, Vec<u8>)>, cut_first: bool) -> Server {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let requests = Arc::new(Mutex::new(Vec::new()));
@@ -31,7 +36,7 @@ impl Server {
             let mut cut = cut_first;
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
-                serve(stream, &body, &mut cut, &log);
+                serve(stream, &files, &mut cut, &log);
             }
         });
         Server { port, requests }
@@ -46,7 +51,12 @@ impl Server {
     }
 }
 
-fn serve(mut stream: TcpStream, body: &[u8], cut: &mut bool, log: &Mutex<Requests>) {
+fn serve(
+    mut stream: TcpStream,
+    files: &[(String, Vec<u8>)],
+    cut: &mut bool,
+    log: &Mutex<Requests>,
+) {
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut first = String::new();
     if reader.read_line(&mut first).is_err() {
@@ -64,11 +74,11 @@ fn serve(mut stream: TcpStream, body: &[u8], cut: &mut bool, log: &Mutex<Request
         }
     }
     log.lock().unwrap().push((path.clone(), range.clone()));
-    if path != "/blobs.csv" {
+    let Some((_, body)) = files.iter().find(|(p, _)| *p == path) else {
         let _ = stream
             .write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
         return;
-    }
+    };
     match range.and_then(|r| {
         r.strip_prefix("bytes=")?
             .strip_suffix('-')?
@@ -239,4 +249,86 @@ fn offline_the_mirror_or_a_local_copy_with_the_right_digest_serves() {
         &["run", &spec, "stage=features", "--progress", "none"],
     );
     assert_eq!(r.code, 0, "{r:?}");
+}
+
+/// What `git hash-object` prints for `bytes`.
+fn git_hash_object(dir: &std::path::Path, bytes: &[u8]) -> String {
+    let f = dir.join("blob.bin");
+    std::fs::write(&f, bytes).unwrap();
+    let out = std::process::Command::new("git")
+        .args(["hash-object"])
+        .arg(&f)
+        .output()
+        .expect("git");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+#[test]
+fn a_file_published_in_parts_is_fetched_part_by_part_checked_by_git_blob_id_and_joined() {
+    let env = Env::new();
+    let body = blobs(&env);
+    let (a, b) = body.split_at(body.len() / 3);
+    let (ida, idb) = (
+        git_hash_object(env.dir.path(), a),
+        git_hash_object(env.dir.path(), b),
+    );
+    assert_eq!(ida, upcc::stage::fetch::git_blob_id(a), "git's own blob id");
+    let server = Server::serving(
+        vec![
+            ("/blobs.csv.part1".into(), a.to_vec()),
+            ("/blobs.csv.part2".into(), b.to_vec()),
+        ],
+        true,
+    );
+    let parted = |second_id: &str| {
+        TINY_SPEC.replacen(
+            "    files: {data: blobs.csv}\n",
+            &format!(
+                "    fetch:\n      data:\n        parts:\n          - {{url: \"{}\", git_blob: {ida}}}\n          - {{url: \"{}\", git_blob: {second_id}}}\n",
+                server.url("/blobs.csv.part1"),
+                server.url("/blobs.csv.part2")
+            ),
+            1,
+        )
+    };
+    // A wrong id for part 2: refused, naming the part and both ids; nothing is stored for it.
+    let wrong = "0".repeat(40);
+    env.write("spec.yaml", &parted(&wrong));
+    let r = env.upcc(&["run", &env.spec(), "stage=features", "--progress", "none"]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.stderr.contains("file `data` part 2")
+            && r.stderr.contains(&idb)
+            && r.stderr.contains(&wrong),
+        "{r:?}"
+    );
+    // The right ids: the parts are downloaded (the first resumed after a broken transfer),
+    // checked and joined into the same features as the whole file gives.
+    env.write("spec.yaml", &parted(&idb));
+    let j = env.run_ok(&["stage=features"]);
+    let ids: Vec<&str> = j["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["id"].as_str().unwrap())
+        .collect();
+    assert!(
+        ids.contains(&"fetch/blobs/data.part1") && ids.contains(&"fetch/blobs/data.part2"),
+        "{ids:?}"
+    );
+    let joined = std::fs::read(output_path(&env, "features/blobs", "features")).unwrap();
+    let whole_env = Env::new();
+    whole_env.run_ok(&["stage=features"]);
+    let whole = std::fs::read(output_path(&whole_env, "features/blobs", "features")).unwrap();
+    assert_eq!(joined, whole, "the joined parts read as the whole file");
+    // A digest beside `parts`, or `url` with `parts`, is refused before anything runs.
+    let both = parted(&idb).replace(
+        "      data:\n        parts:",
+        "      data:\n        url: \"http://x/y\"\n        parts:",
+    );
+    env.write("spec.yaml", &both);
+    let r = env.upcc(&["status", &env.spec()]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("gives both `url` and `parts`"), "{r:?}");
 }

@@ -18,6 +18,7 @@ mod interop;
 mod methods;
 mod numerics;
 mod params;
+mod pickles;
 mod published;
 mod report;
 mod slurm;

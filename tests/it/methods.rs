@@ -285,3 +285,93 @@ fn validation_scope_all_holds_the_rows_out_of_every_training() {
         .json();
     assert_eq!(f["params"]["validation"], 30, "{f}");
 }
+
+/// Tables 7-9 and the robustness figures at other budgets and corruptions: the spec's main
+/// setting is 300 constraints at π = 0.3.
+const SWEEP_TARGET: &str = r#"
+  sweep:
+    grid: {dataset: [blobs], supervision: [lv0.1, multi2], method: [volmax-dcc], budget: [150, 300], corruption: [0.3, 0.5], pretrain: [false]}
+  sweep_ea:
+    grid: {dataset: [blobs], supervision: [multi2], method: [sp-ea], budget: [150, 300], corruption: [0.3, 0.5], pretrain: [false]}
+"#;
+
+/// The `select` nodes a spec plans, and every node id of its search runs.
+fn planned_searches(env: &Env, extra: &[&str]) -> (Vec<String>, Vec<String>) {
+    let spec = env.spec();
+    let mut args = vec!["status", spec.as_str(), "--json"];
+    args.extend(extra);
+    let r = env.upcc(&args);
+    assert_eq!(r.code, 0, "{r:?}");
+    let ids: Vec<String> = r.json()["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["id"].as_str().unwrap().to_string())
+        .collect();
+    // The sweep targets' searches (the other targets pretrain their ensembles).
+    let mut select: Vec<String> = ids
+        .iter()
+        .filter(|i| i.starts_with("select/") && i.ends_with("/nopre"))
+        .cloned()
+        .collect();
+    select.sort();
+    let search = ids
+        .iter()
+        .filter(|i| i.contains("@val/") && i.contains("/nopre/"))
+        .cloned()
+        .collect();
+    (select, search)
+}
+
+#[test]
+fn a_search_runs_once_per_setting_at_the_main_setting_and_per_cell_on_request() {
+    let env = Env::new();
+    env.write("spec.yaml", &format!("{ALL_METHODS}{SWEEP_TARGET}"));
+    let (select, search) = planned_searches(&env, &[]);
+    // One λ per supervision setting (the spec has no multi3 for multi2 to share) and one α for
+    // the multi-expert setting, whatever the budget and corruption of the cell: the
+    // 150-constraint and π = 0.5 cells reuse the main setting's.
+    assert_eq!(
+        select,
+        vec![
+            "select/sp-ea/blobs/multi2/pi0.3/n300/nopre".to_string(),
+            "select/volmax-dcc/blobs/lv0.1/pi0.3/n300/nopre".to_string(),
+            "select/volmax-dcc/blobs/multi2/pi0.3/n300/nopre".to_string(),
+        ],
+        "{select:?}"
+    );
+    assert!(
+        search.iter().all(|i| i.contains("/pi0.3/n300/")),
+        "every search run at the main setting: {search:?}"
+    );
+    let r = env.upcc(&[
+        "explain",
+        &env.spec(),
+        "dcc/blobs/lv0.1/pi0.5/n150/volmax-dcc/nopre/t1",
+        "--json",
+    ]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let inputs = r.json()["inputs"].to_string();
+    assert!(
+        inputs.contains("select/volmax-dcc/blobs/lv0.1/pi0.3/n300/nopre"),
+        "the π = 0.5, 150-constraint cell trains with the main setting's λ: {inputs}"
+    );
+    // `search_scope: cell` searches again in every cell (the other reading).
+    let (select, search) = planned_searches(
+        &env,
+        &[
+            "--set",
+            "volmax.search_scope=cell",
+            "--set",
+            "ensemble.search_scope=cell",
+        ],
+    );
+    assert_eq!(select.len(), 3 * 4, "{select:?}");
+    for cell in ["pi0.5/n150", "pi0.3/n150", "pi0.5/n300", "pi0.3/n300"] {
+        assert!(
+            select.iter().any(|s| s.contains(cell)),
+            "{cell}: {select:?}"
+        );
+        assert!(search.iter().any(|s| s.contains(cell)), "{cell}");
+    }
+}

@@ -67,6 +67,7 @@ fn probpair_on_the_smoke_data_beats_kmeans_on_raw_pixels_in_nmi() {
         n_classes: Some(10),
         validation: 0,
         validation_order: None,
+        labels: None,
     };
     let files = BTreeMap::from([(
         "data".to_string(),

@@ -165,6 +165,7 @@ impl Method for VolMaxDcc {
             parameter: "lambda",
             grid: &s.lambdas,
             runs: s.search_runs,
+            scope: s.search_scope,
         };
         stage::select::wire(w, cell, search, &mut |w, search, feat, lambda| {
             wire_node(

@@ -185,6 +185,7 @@ impl Method for EnsembleMethod {
             parameter: "alpha",
             grid: &r.ensemble.alphas,
             runs: r.ensemble.search_runs,
+            scope: r.ensemble.search_scope,
         };
         stage::select::wire(w, cell, search, &mut |w, search, feat, alpha| {
             self.wire_members(w, search, r, feat, Some(alpha), None)

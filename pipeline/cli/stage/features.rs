@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 use upcc_engine::{InputDef, Source, SourceLocation, Task, TaskContext, TaskError};
-use upcc_stages::features::{self, DataFormat, FeatureParams, Split, SplitKind};
+use upcc_stages::features::{self, FeatureParams, Split, SplitKind};
 
 use crate::error::Result;
 use crate::spec::{embedded, ValidationScope};
@@ -20,19 +20,40 @@ pub struct FeaturesTask {
     /// Input role → the path shown in messages.
     #[serde(skip)]
     pub displays: BTreeMap<String, String>,
+    /// Role → its inputs, concatenated in order (a file published in parts); a role absent
+    /// here is the input of its own name.
+    #[serde(skip)]
+    pub parts: BTreeMap<String, Vec<String>>,
     #[serde(skip)]
     pub dataset: String,
 }
 
 impl Task for FeaturesTask {
     fn run(&self, ctx: &mut TaskContext) -> std::result::Result<(), TaskError> {
+        let mut joined: BTreeMap<&str, Vec<u8>> = BTreeMap::new();
+        for (role, inputs) in &self.parts {
+            let mut bytes = Vec::new();
+            for i in inputs {
+                bytes.extend_from_slice(ctx.input(i)?);
+            }
+            ctx.log(format!(
+                "file `{role}`: {} parts joined, {} bytes",
+                inputs.len(),
+                bytes.len()
+            ));
+            joined.insert(role, bytes);
+        }
         let mut files = BTreeMap::new();
         for (role, display) in &self.displays {
+            let bytes = match joined.get(role.as_str()) {
+                Some(b) => b.as_slice(),
+                None => ctx.input(role)?,
+            };
             files.insert(
                 role.clone(),
                 features::SourceFile {
                     display: display.clone(),
-                    bytes: ctx.input(role)?,
+                    bytes,
                 },
             );
         }
@@ -86,11 +107,9 @@ fn wire_with(w: &mut Wiring, name: &str, holdout: bool) -> Result<usize> {
     let d = &w.spec.file.datasets[name];
     let validation = if holdout { d.validation } else { 0 };
     let scope_all = d.validation_scope == ValidationScope::All;
-    let separate = matches!(d.format, DataFormat::Idx | DataFormat::Npy);
+    let single = d.format.roles().0[0];
     let split = d.split.unwrap_or(Split {
-        kind: if d.files.contains_key(if separate { "x" } else { "data" })
-            || d.fetch.contains_key(if separate { "x" } else { "data" })
-        {
+        kind: if d.files.contains_key(single) || d.fetch.contains_key(single) {
             SplitKind::Stratified
         } else {
             SplitKind::Official
@@ -107,13 +126,30 @@ fn wire_with(w: &mut Wiring, name: &str, holdout: bool) -> Result<usize> {
         n_classes: d.n_classes,
         validation,
         validation_order: (validation > 0).then_some(d.validation_order),
+        labels: d.labels,
     };
     let mut inputs = Vec::new();
     let mut displays = BTreeMap::new();
+    let mut parts = BTreeMap::new();
     for role in d.fetch.keys() {
         let fetched = super::fetch::wire(w, name, role)?;
-        displays.insert(role.clone(), d.fetch[role].url.clone());
-        inputs.push(crate::wiring::input(role, fetched, "data"));
+        if let [(_, node, url)] = fetched.as_slice() {
+            displays.insert(role.clone(), url.clone());
+            inputs.push(crate::wiring::input(role, *node, "data"));
+        } else {
+            let first = &fetched[0].2;
+            displays.insert(
+                role.clone(),
+                format!("{first} (+{} parts)", fetched.len() - 1),
+            );
+            parts.insert(
+                role.clone(),
+                fetched.iter().map(|(n, _, _)| n.clone()).collect(),
+            );
+            for (input_name, node, _) in &fetched {
+                inputs.push(crate::wiring::input(input_name, *node, "data"));
+            }
+        }
     }
     for (role, path) in d.files.iter().filter(|(r, _)| !d.fetch.contains_key(*r)) {
         let location = match path.strip_prefix("embedded:") {
@@ -150,6 +186,7 @@ fn wire_with(w: &mut Wiring, name: &str, holdout: bool) -> Result<usize> {
             params,
             expect: d.expect.clone(),
             displays,
+            parts,
             dataset: name.to_string(),
         },
     })

@@ -28,29 +28,48 @@ const ATTEMPTS: u32 = 5;
 pub enum Expected {
     Sha256(String),
     Blake3(String),
+    /// Git's blob id: SHA-1 of `blob <length>\0` and the bytes (`git hash-object`).
+    #[serde(rename = "git_blob")]
+    GitBlob(String),
 }
 
 impl Expected {
+    /// The digest a spec gives (at most one, validated), lower-cased.
+    pub fn from_spec(
+        sha256: &Option<String>,
+        blake3: &Option<String>,
+        git_blob: &Option<String>,
+    ) -> Option<Expected> {
+        match (sha256, blake3, git_blob) {
+            (Some(h), _, _) => Some(Expected::Sha256(h.to_ascii_lowercase())),
+            (None, Some(h), _) => Some(Expected::Blake3(h.to_ascii_lowercase())),
+            (None, None, Some(h)) => Some(Expected::GitBlob(h.to_ascii_lowercase())),
+            (None, None, None) => None,
+        }
+    }
+
     fn name(&self) -> &'static str {
         match self {
             Expected::Sha256(_) => "sha256",
             Expected::Blake3(_) => "blake3",
+            Expected::GitBlob(_) => "git blob id",
         }
     }
 
     fn hex(&self) -> &str {
         match self {
-            Expected::Sha256(h) | Expected::Blake3(h) => h,
+            Expected::Sha256(h) | Expected::Blake3(h) | Expected::GitBlob(h) => h,
         }
     }
 
     /// The same kind of digest of `bytes`.
-    fn of(&self, bytes: &[u8]) -> String {
+    pub fn of(&self, bytes: &[u8]) -> String {
         match self {
             Expected::Sha256(_) => hex(&sha2::Sha256::digest(bytes)),
             Expected::Blake3(_) => {
                 upcc_engine::Digest::<upcc_engine::Artifact>::of_bytes(bytes).to_hex()
             }
+            Expected::GitBlob(_) => git_blob_id(bytes),
         }
     }
 
@@ -61,6 +80,15 @@ impl Expected {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What `git hash-object` prints for a file of these bytes.
+pub fn git_blob_id(bytes: &[u8]) -> String {
+    use sha1::Digest as _;
+    let mut h = sha1::Sha1::new();
+    h.update(format!("blob {}\0", bytes.len()).as_bytes());
+    h.update(bytes);
+    hex(&h.finalize())
 }
 
 /// Parameters of a fetch node: the URL and the digest are the key (the local copy and the
@@ -296,7 +324,7 @@ impl Task for FetchTask {
             Some(d) if !checked => {
                 let actual = match d {
                     Expected::Sha256(_) => sha256.clone(),
-                    Expected::Blake3(_) => d.of(&bytes),
+                    _ => d.of(&bytes),
                 };
                 if !actual.eq_ignore_ascii_case(d.hex()) {
                     return Err(TaskError::Input(format!(
@@ -329,28 +357,55 @@ impl Task for FetchTask {
     }
 }
 
-/// The fetch node of a dataset file (output `data`).
-pub fn wire(w: &mut Wiring, dataset: &str, role: &str) -> Result<usize> {
+/// The fetch nodes of a dataset file (output `data` each): one, or one per part of a file
+/// published in parts, in order. Returns (input name, node, what messages call it).
+pub fn wire(w: &mut Wiring, dataset: &str, role: &str) -> Result<Vec<(String, usize, String)>> {
     let d = &w.spec.file.datasets[dataset];
     let f: &FetchSpec = &d.fetch[role];
-    let digest = match (&f.sha256, &f.blake3) {
-        (Some(h), _) => Some(Expected::Sha256(h.to_ascii_lowercase())),
-        (None, Some(h)) => Some(Expected::Blake3(h.to_ascii_lowercase())),
-        (None, None) => None,
-    };
-    let local = d
-        .files
-        .get(role)
-        .filter(|p| !p.starts_with("embedded:"))
-        .map(|p| w.spec.resolve_path(p));
-    let task = FetchTask {
-        url: f.url.clone(),
-        digest,
-        local,
-        context: format!("dataset `{dataset}`, file `{role}`"),
-    };
+    if f.parts.is_empty() {
+        let url = f.url.clone().expect("validated: a url or parts");
+        let local = d
+            .files
+            .get(role)
+            .filter(|p| !p.starts_with("embedded:"))
+            .map(|p| w.spec.resolve_path(p));
+        let task = FetchTask {
+            url: url.clone(),
+            digest: Expected::from_spec(&f.sha256, &f.blake3, &f.git_blob),
+            local,
+            context: format!("dataset `{dataset}`, file `{role}`"),
+        };
+        let node = wire_one(w, dataset, format!("fetch/{dataset}/{role}"), task)?;
+        return Ok(vec![(role.to_string(), node, url)]);
+    }
+    let parts: Vec<(String, Option<Expected>)> = f
+        .parts
+        .iter()
+        .map(|p| {
+            (
+                p.url.clone(),
+                Expected::from_spec(&p.sha256, &p.blake3, &p.git_blob),
+            )
+        })
+        .collect();
+    let mut out = Vec::new();
+    for (k, (url, digest)) in parts.into_iter().enumerate() {
+        let n = k + 1;
+        let task = FetchTask {
+            url: url.clone(),
+            digest,
+            local: None,
+            context: format!("dataset `{dataset}`, file `{role}` part {n}"),
+        };
+        let node = wire_one(w, dataset, format!("fetch/{dataset}/{role}.part{n}"), task)?;
+        out.push((format!("{role}.part{n}"), node, url));
+    }
+    Ok(out)
+}
+
+fn wire_one(w: &mut Wiring, dataset: &str, id: String, task: FetchTask) -> Result<usize> {
     w.add(NodeSpec {
-        id: format!("fetch/{dataset}/{role}"),
+        id,
         stage: "fetch",
         version: VERSION,
         numerics: Numerics::Exact,

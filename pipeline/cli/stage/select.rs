@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 use upcc_engine::{Task, TaskContext, TaskError};
-use upcc_stages::ensemble::select_best;
+use upcc_stages::ensemble::{select_best, SearchScope};
 use upcc_stages::metrics;
 use upcc_stages::table::{Table, TableBuilder};
 
@@ -95,12 +95,13 @@ impl Task for SelectTask {
 }
 
 /// A hyperparameter search: the supervision setting whose runs decide, the parameter's name
-/// (`lambda`, `alpha`), its candidate values and the runs per value.
+/// (`lambda`, `alpha`), its candidate values, the runs per value and where it runs.
 pub struct Search<'a> {
     pub supervision: &'a str,
     pub parameter: &'a str,
     pub grid: &'a [f64],
     pub runs: usize,
+    pub scope: SearchScope,
 }
 
 /// The chosen value of a `chosen` output.
@@ -127,8 +128,19 @@ pub fn wire(
         parameter,
         grid,
         runs,
+        scope,
     } = search;
     let spec = w.spec;
+    // The paper selects once per dataset and setting, at its main setting (9k constraints,
+    // π = 0.3: the spec's `constraints` section), and uses the choice at every budget and
+    // corruption; `search_scope: cell` searches again in each cell.
+    let (corruption, budget) = match scope {
+        SearchScope::Setting => (
+            spec.params.constraints.corruption,
+            spec.params.constraints.budget,
+        ),
+        SearchScope::Cell => (cell.corruption, cell.budget),
+    };
     let sspec = &spec.file.supervision[supervision];
     // The search trains without the validation rows (unless every training does anyway).
     let holdout = cell.dspec.validation_scope != crate::spec::ValidationScope::All;
@@ -142,8 +154,8 @@ pub fn wire(
                 dspec: cell.dspec,
                 supervision,
                 sspec,
-                corruption: cell.corruption,
-                budget: cell.budget,
+                corruption,
+                budget,
                 method: &method,
                 pretrain: cell.pretrain,
                 seed: r as u64 + 1,
@@ -154,7 +166,12 @@ pub fn wire(
             inputs.push(input(&format!("r{i}_{r}"), m, "metrics"));
         }
     }
-    let suffix = cell.axes_suffix(w);
+    let at = Cell {
+        corruption,
+        budget,
+        ..*cell
+    };
+    let suffix = at.axes_suffix(w);
     w.add(NodeSpec {
         id: format!(
             "select/{}/{}/{supervision}{suffix}/{}",

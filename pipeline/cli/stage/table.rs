@@ -105,6 +105,7 @@ pub fn render_target(
                     latex: format!("${text}$"),
                     text,
                     value: None,
+                    device: None,
                 })
             })
             .collect::<Result<Vec<_>, StageError>>()?;

@@ -229,6 +229,9 @@ pub struct VolMaxSettings {
     /// spec defines it (the paper: one λ for the multi-expert settings); null: each selects its
     /// own.
     pub shared_multi: Option<String>,
+    /// Where the λ search runs: once per dataset and setting at the main constraint budget and
+    /// corruption (`setting`, the paper's Table 5), or in every cell (`cell`).
+    pub search_scope: crate::ensemble::SearchScope,
     pub stop: AssignmentStop,
 }
 
@@ -250,6 +253,7 @@ impl Default for VolMaxSettings {
             b_diag: 1.0,
             b_off: -1.0,
             shared_multi: Some("multi3".into()),
+            search_scope: crate::ensemble::SearchScope::Setting,
             stop: AssignmentStop {
                 min_epochs: 10,
                 ..AssignmentStop::default()

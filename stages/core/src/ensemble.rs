@@ -47,6 +47,23 @@ pub struct EnsembleSettings {
     /// Multi-expert settings share the α selected under this supervision setting when the spec
     /// defines it (Table 6's caption: shared; App. C.4's text: per configuration, `null`).
     pub shared_multi: Option<String>,
+    /// Where the α search runs: once per dataset and setting at the spec's main constraint
+    /// budget and corruption, reused by every budget and corruption (the paper's Table 6), or
+    /// again in every cell.
+    pub search_scope: SearchScope,
+}
+
+/// Where a hyperparameter search runs (VolMaxDCC's λ, the ensembles' α).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SearchScope {
+    /// Once per dataset and supervision setting, at the main setting (the spec's
+    /// `constraints.budget` and `constraints.corruption`: 9k and π = 0.3 in the paper), its
+    /// choice used by every cell of that setting at any budget or corruption.
+    #[default]
+    Setting,
+    /// Again in every cell, at the cell's own budget and corruption.
+    Cell,
 }
 
 impl Default for EnsembleSettings {
@@ -58,6 +75,7 @@ impl Default for EnsembleSettings {
             linkage: Linkage::Average,
             max_tuples: 40_000,
             shared_multi: Some("multi3".into()),
+            search_scope: SearchScope::Setting,
         }
     }
 }

@@ -450,7 +450,7 @@ mod tests {
     }
 
     #[test]
-    fn blind_spot_counts_match_table_4_of_the_paper() {
+    fn blind_spot_counts_match_table_2_of_the_paper() {
         assert_eq!(counts(10, 2), [5, 5]);
         assert_eq!(counts(10, 3), [4, 3, 3]);
         assert_eq!(counts(10, 10), [1; 10]);

@@ -110,6 +110,10 @@ pub struct TableLayout {
     /// Published values to show reproduced − published against (not in keys when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub published: Option<published::Published>,
+    /// Printed values of a text table's cells (blind-spot counts, chosen λ/α, wall times) to
+    /// set beside the reproduced ones (not in keys when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub published_text: Option<published::PublishedTexts>,
 }
 
 /// Scores of one split of one trial of one cell.
@@ -645,6 +649,7 @@ mod tests {
             highlight_best: true,
             caption: None,
             published: None,
+            published_text: None,
         }
     }
 

@@ -112,6 +112,22 @@ pub fn render_chosen(layout: &TableLayout, cells: &[ChosenCell]) -> Result<Rende
     if complete < total {
         md.push_str(&format!("\n{complete} of {total} cells complete.\n"));
     }
+    if let Some(p) = &layout.published_text {
+        let reproduced: Vec<crate::published::ReproducedText> = by_coord
+            .iter()
+            .map(|(coord, c)| crate::published::ReproducedText {
+                coord: coord.clone(),
+                text: show(c.value, c.parameter == "lambda").0,
+                value: Some(c.value),
+                device: None,
+            })
+            .collect();
+        md.push_str(&crate::published::render_text_deltas(
+            layout,
+            p,
+            &reproduced,
+        ));
+    }
     let mut tex = String::from("\\begin{table}[t]\n\\centering\n");
     tex.push_str(&format!(
         "\\caption{{{}. Values are selected by mean validation ACC.}}\n",
@@ -196,6 +212,7 @@ mod tests {
             highlight_best: false,
             caption: None,
             published: None,
+            published_text: None,
         }
     }
 

@@ -315,6 +315,7 @@ mod tests {
             highlight_best: false,
             caption: None,
             published: None,
+            published_text: None,
         };
         let mut results = Vec::new();
         for ds in ["mnist", "fmnist"] {

@@ -15,6 +15,8 @@ pub struct TextCell {
     pub text: String,
     pub latex: String,
     pub value: Option<f64>,
+    /// What it was measured on (wall times), for the comparison with published values.
+    pub device: Option<String>,
 }
 
 /// Render a table of text cells: the layout's column axes span columns, the rest rows;
@@ -88,6 +90,22 @@ pub fn render_text(
     let total = rows.len() * cols.len();
     if complete < total {
         md.push_str(&format!("\n{complete} of {total} cells complete.\n"));
+    }
+    if let Some(p) = &layout.published_text {
+        let reproduced: Vec<crate::published::ReproducedText> = by_coord
+            .iter()
+            .map(|(coord, c)| crate::published::ReproducedText {
+                coord: coord.clone(),
+                text: c.text.clone(),
+                value: c.value,
+                device: c.device.clone(),
+            })
+            .collect();
+        md.push_str(&crate::published::render_text_deltas(
+            layout,
+            p,
+            &reproduced,
+        ));
     }
     tex.push_str("\\bottomrule\n\\end{tabular}\n\\end{table}\n");
     let names: Vec<&str> = layout.axes.iter().map(|(a, _)| a.as_str()).collect();
@@ -176,6 +194,7 @@ mod tests {
             highlight_best: false,
             caption: None,
             published: None,
+            published_text: None,
         };
         let cell = |d: &str, s: &str, t: &str| TextCell {
             coords: BTreeMap::from([
@@ -185,6 +204,7 @@ mod tests {
             text: t.into(),
             latex: format!("${t}$"),
             value: None,
+            device: None,
         };
         let r = render_text(
             &layout,

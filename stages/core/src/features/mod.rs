@@ -1,8 +1,10 @@
 //! `features`: read a dataset file, validate it, split it and scale it.
 //!
 //! Formats: CSV (optionally gzipped; a label column), IDX (MNIST/FMNIST, gzipped or not),
-//! `.npy` (f32/f64/u8/int matrix plus an int label vector) and Parquet (a label column plus
-//! a list column or numeric columns). Splits: official (separate train/test files) or a
+//! `.npy` (f32/f64/u8/int matrix plus an int label vector), Parquet (a label column plus
+//! a list column or numeric columns) and Python pickles of numpy arrays as the paper's
+//! feature datasets are published (`pickle`: a tuple `(X, y)`, or a dict `{'data', 'label'}`,
+//! possibly inside an object `.npy`; see `pickle.rs`). Splits: official (separate train/test files) or a
 //! seeded stratified split. Scaling per dataset as the paper's preprocessing: MNIST/FMNIST
 //! ×0.02, standardisation fitted on train for feature datasets, or none.
 
@@ -15,6 +17,8 @@ use upcc_nn::Stream;
 use crate::error::{DataPlace, Result, StageError};
 use crate::table::{Table, TableBuilder};
 
+pub mod pickle;
+
 /// Bumped by hand whenever the output of this stage changes meaning or bytes.
 pub const VERSION: u32 = 1;
 
@@ -26,6 +30,68 @@ pub enum DataFormat {
     Idx,
     Npy,
     Parquet,
+    /// A pickle holding the features and the labels together (`data`, or `train` + `test`).
+    Pickle,
+}
+
+impl DataFormat {
+    /// Whether features and labels come in separate files (`x` + `y`, or `train_x` +
+    /// `train_y` + `test_x` + `test_y`) rather than one file holding both (`data`, or `train`
+    /// + `test`).
+    pub fn separate_labels(self) -> bool {
+        matches!(self, DataFormat::Idx | DataFormat::Npy)
+    }
+
+    /// The roles of a dataset given as one file, and as separate train and test files.
+    pub fn roles(self) -> (&'static [&'static str], &'static [&'static str]) {
+        if self.separate_labels() {
+            (&["x", "y"], &["train_x", "train_y", "test_x", "test_y"])
+        } else {
+            (&["data"], &["train", "test"])
+        }
+    }
+}
+
+/// A mapping applied to the labels as read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LabelMap {
+    /// CIFAR-100's 100 fine classes onto its 20 superclasses (the paper's CIFAR100-20, as CC
+    /// and SpherePair map them). Labels already below 20 are taken as superclasses.
+    Cifar100Coarse,
+}
+
+/// CIFAR-100's superclass of each fine class (the dataset's own `coarse_labels`).
+pub const CIFAR100_COARSE: [u8; 100] = [
+    4, 1, 14, 8, 0, 6, 7, 7, 18, 3, 3, 14, 9, 18, 7, 11, 3, 9, 7, 11, 6, 11, 5, 10, 7, 6, 13, 15,
+    3, 15, 0, 11, 1, 10, 12, 14, 16, 9, 11, 5, 5, 19, 8, 8, 15, 13, 14, 17, 18, 10, 16, 4, 17, 4,
+    2, 0, 17, 4, 18, 17, 10, 3, 2, 12, 12, 16, 12, 1, 9, 19, 2, 10, 0, 1, 16, 12, 9, 13, 15, 13,
+    16, 19, 2, 4, 6, 19, 5, 5, 8, 19, 18, 1, 2, 15, 6, 0, 17, 8, 14, 13,
+];
+
+impl LabelMap {
+    /// Map `labels` in place; `display` names the data in errors.
+    fn apply(self, labels: &mut [i64], display: &str) -> Result<()> {
+        match self {
+            LabelMap::Cifar100Coarse => {
+                let max = labels.iter().copied().max().unwrap_or(0);
+                if max < 20 {
+                    return Ok(());
+                }
+                for l in labels.iter_mut() {
+                    *l = match usize::try_from(*l).ok().and_then(|i| CIFAR100_COARSE.get(i)) {
+                        Some(&c) => c as i64,
+                        None => {
+                            return Err(StageError::input(format!(
+                                "dataset {display}: label {l} is not a CIFAR-100 class (0..99), so `labels: cifar100-coarse` cannot map it"
+                            )))
+                        }
+                    };
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 /// Whether a CSV file starts with a header row.
@@ -118,6 +184,10 @@ pub struct FeatureParams {
     /// without a validation split) stays out of the key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub validation_order: Option<ValidationOrder>,
+    /// A mapping of the labels as read (CIFAR-100's superclasses); absent from the key when
+    /// unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<LabelMap>,
 }
 
 /// Which training rows are "the first N of the training split".
@@ -282,6 +352,7 @@ pub fn build(params: &FeatureParams, files: &BTreeMap<String, SourceFile<'_>>) -
         match params.format {
             DataFormat::Csv => read_csv(&f.display, f.bytes, &params.label_column, params.header),
             DataFormat::Parquet => read_parquet(&f.display, f.bytes, &params.label_column),
+            DataFormat::Pickle => read_pickle(&f.display, f.bytes),
             DataFormat::Idx | DataFormat::Npy => {
                 let yrole = if role == "x" {
                     "y".to_string()
@@ -318,12 +389,8 @@ pub fn build(params: &FeatureParams, files: &BTreeMap<String, SourceFile<'_>>) -
             }
         }
     };
-    let separate = matches!(params.format, DataFormat::Idx | DataFormat::Npy);
-    let (train_role, test_role, single_role) = if separate {
-        ("train_x", "test_x", "x")
-    } else {
-        ("train", "test", "data")
-    };
+    let (single, split) = params.format.roles();
+    let (train_role, test_role, single_role) = (split[0], split[split.len() / 2], single[0]);
     let (mut x, mut labels, mut is_test, dim, names) = match params.split.kind {
         SplitKind::Official => {
             if !files.contains_key(train_role) {
@@ -370,6 +437,9 @@ pub fn build(params: &FeatureParams, files: &BTreeMap<String, SourceFile<'_>>) -
     let rows = labels.len();
     if rows == 0 {
         return Err(StageError::input(format!("dataset {names} has no rows")));
+    }
+    if let Some(map) = params.labels {
+        map.apply(&mut labels, &names)?;
     }
     // Labels: integers in 0..C.
     let min = *labels.iter().min().expect("non-empty");
@@ -868,8 +938,28 @@ struct Npy {
     data: Vec<u8>,
 }
 
+/// The `descr` of an `.npy` header and the bytes after the header.
+fn npy_header<'a>(display: &str, bytes: &'a [u8]) -> Result<(String, &'a [u8])> {
+    let (npy, start) = npy_parts(display, bytes)?;
+    Ok((npy.descr, &bytes[start..]))
+}
+
 fn parse_npy(display: &str, bytes: &[u8]) -> Result<Npy> {
-    let bytes = maybe_gunzip(display, bytes)?.into_owned();
+    let bytes = maybe_gunzip(display, bytes)?;
+    let (mut npy, start) = npy_parts(display, &bytes)?;
+    if npy.descr.contains('O') {
+        return Err(StageError::data(
+            display,
+            DataPlace::File,
+            format!("holds pickled Python objects (dtype {}), e.g. the Reuters-10k dict-in-npy files: declare the dataset with `format: pickle` and the roles `train`/`test` (or `data`), which read them as they are", npy.descr),
+        ));
+    }
+    npy.data = bytes[start..].to_vec();
+    Ok(npy)
+}
+
+/// The header of an `.npy` file (data left empty) and where its data starts.
+fn npy_parts(display: &str, bytes: &[u8]) -> Result<(Npy, usize)> {
     if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
         return Err(StageError::data(
             display,
@@ -937,20 +1027,15 @@ fn parse_npy(display: &str, bytes: &[u8]) -> Result<Npy> {
         .map_err(|_| {
             StageError::data(display, DataPlace::File, "malformed .npy shape".to_string())
         })?;
-    if descr.contains('O') {
-        return Err(StageError::data(
-            display,
-            DataPlace::File,
-            format!("holds pickled Python objects (dtype {descr}), e.g. SpherePair's dict-in-npy files; convert once with numpy: \
-             `np.save('x.npy', d['data'].astype('float32')); np.save('y.npy', d['label'])`"
-        )));
-    }
-    Ok(Npy {
-        descr,
-        fortran,
-        shape,
-        data: bytes[start + hlen..].to_vec(),
-    })
+    Ok((
+        Npy {
+            descr,
+            fortran,
+            shape,
+            data: Vec::new(),
+        },
+        start + hlen,
+    ))
 }
 
 fn npy_values(display: &str, npy: &Npy) -> Result<Vec<f64>> {
@@ -1031,7 +1116,10 @@ fn npy_values(display: &str, npy: &Npy) -> Result<Vec<f64>> {
 }
 
 fn read_npy_matrix(display: &str, bytes: &[u8]) -> Result<(Vec<f32>, usize, usize)> {
-    let npy = parse_npy(display, bytes)?;
+    npy_matrix(display, parse_npy(display, bytes)?)
+}
+
+fn npy_matrix(display: &str, npy: Npy) -> Result<(Vec<f32>, usize, usize)> {
     if npy.shape.len() < 2 {
         return Err(StageError::data(
             display,
@@ -1077,6 +1165,173 @@ fn read_npy_labels(display: &str, bytes: &[u8]) -> Result<Vec<i64>> {
         ));
     }
     to_int_labels(display, npy_values(display, &npy)?)
+}
+
+/// The pickle inside `bytes`: a pickle itself, or an object `.npy` (`np.save` of a dict).
+fn pickle_of(display: &str, bytes: &[u8]) -> Result<pickle::Value> {
+    let bytes = maybe_gunzip(display, bytes)?;
+    if bytes.starts_with(b"\x93NUMPY") {
+        let (descr, payload) = npy_header(display, &bytes)?;
+        if !descr.contains('O') {
+            return Err(StageError::data(
+                display,
+                DataPlace::File,
+                format!("is a plain .npy array (dtype {descr}), not a pickle of features and labels: declare it with `format: npy` and the roles `x`/`y`"),
+            ));
+        }
+        return pickle::read(display, payload);
+    }
+    if !pickle::is_pickle(&bytes) {
+        return Err(StageError::data(
+            display,
+            DataPlace::File,
+            "is not a pickle (protocol 2 or later) nor an object .npy file".to_string(),
+        ));
+    }
+    pickle::read(display, &bytes)
+}
+
+/// Features and labels of a pickled `(X, y)` tuple or `{'data': X, 'label': y}` dict (also
+/// inside a 0-d object array, as `np.save` of a dict writes it).
+fn read_pickle(display: &str, bytes: &[u8]) -> Result<Raw> {
+    use pickle::{ArrayData, Value};
+    let bad = |msg: String| StageError::data(display, DataPlace::File, msg);
+    let mut v = pickle_of(display, bytes)?;
+    // A 0-d object array wrapping the real value.
+    if let Value::Array(a) = &v {
+        if let (true, ArrayData::Objects(items)) = (a.shape.is_empty(), &a.data) {
+            if let [one] = items.as_slice() {
+                v = one.clone();
+            }
+        }
+    }
+    let (x, y) = match v {
+        Value::Tuple(items) | Value::List(items) if items.len() == 2 => {
+            let mut it = items.into_iter();
+            (it.next().expect("2"), it.next().expect("2"))
+        }
+        Value::Dict(pairs) => {
+            let get = |names: &[&str]| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| matches!(k, Value::Str(s) if names.contains(&s.as_str())))
+                    .map(|(_, v)| v.clone())
+            };
+            match (get(&["data", "X", "x"]), get(&["label", "labels", "y"])) {
+                (Some(x), Some(y)) => (x, y),
+                _ => {
+                    let keys: Vec<String> = pairs
+                        .iter()
+                        .map(|(k, _)| match k {
+                            Value::Str(s) => format!("'{s}'"),
+                            other => format!("{other:?}"),
+                        })
+                        .collect();
+                    return Err(bad(format!(
+                        "holds a dict with keys {}; expected 'data' (features) and 'label' (labels)",
+                        keys.join(", ")
+                    )));
+                }
+            }
+        }
+        other => {
+            return Err(bad(format!(
+            "holds {}; expected a tuple (X, y) of numpy arrays or a dict {{'data': X, 'label': y}}",
+            pickle_kind(&other)
+        )))
+        }
+    };
+    let (x, rows, dim) = match x {
+        Value::Array(a) => pickle_matrix(display, a)?,
+        other => {
+            return Err(bad(format!(
+                "holds {} as its features; expected a numpy array",
+                pickle_kind(&other)
+            )))
+        }
+    };
+    let labels = match y {
+        Value::Array(a) => {
+            let npy = pickle_npy(display, a)?;
+            if !(npy.shape.len() == 1 || (npy.shape.len() == 2 && npy.shape[1] == 1)) {
+                return Err(bad(format!(
+                    "its labels have shape {:?}; expected a 1-D vector",
+                    npy.shape
+                )));
+            }
+            to_int_labels(display, npy_values(display, &npy)?)?
+        }
+        Value::List(items) | Value::Tuple(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match v {
+                Value::Int(l) => Ok(*l),
+                other => Err(StageError::data(
+                    display,
+                    DataPlace::Row(i + 1),
+                    format!("label {} is not an integer", pickle_kind(other)),
+                )),
+            })
+            .collect::<Result<Vec<_>>>()?,
+        other => {
+            return Err(bad(format!(
+                "holds {} as its labels; expected a numpy array or a list of integers",
+                pickle_kind(&other)
+            )))
+        }
+    };
+    if labels.len() != rows {
+        return Err(bad(format!(
+            "holds {rows} feature rows but {} labels: they must describe the same samples",
+            labels.len()
+        )));
+    }
+    Ok(Raw {
+        x,
+        rows,
+        dim,
+        labels,
+    })
+}
+
+fn pickle_kind(v: &pickle::Value) -> String {
+    use pickle::Value;
+    match v {
+        Value::None => "None".into(),
+        Value::Bool(_) => "a bool".into(),
+        Value::Int(_) => "an integer".into(),
+        Value::Float(_) => "a float".into(),
+        Value::Str(_) => "a string".into(),
+        Value::Bytes(_) => "bytes".into(),
+        Value::Tuple(t) => format!("a tuple of {} items", t.len()),
+        Value::List(t) => format!("a list of {} items", t.len()),
+        Value::Dict(d) => format!("a dict of {} items", d.len()),
+        Value::Array(a) => format!("a numpy array {} of shape {:?}", a.descr, a.shape),
+    }
+}
+
+/// A numeric pickled array as the `.npy` reader's array.
+fn pickle_npy(display: &str, a: pickle::Array) -> Result<Npy> {
+    match a.data {
+        pickle::ArrayData::Raw(bytes) => Ok(Npy {
+            descr: a.descr,
+            fortran: a.fortran,
+            shape: a.shape,
+            data: std::rc::Rc::try_unwrap(bytes).unwrap_or_else(|rc| (*rc).clone()),
+        }),
+        pickle::ArrayData::Objects(_) => Err(StageError::data(
+            display,
+            DataPlace::File,
+            format!(
+                "holds an array of Python objects (shape {:?}) where numbers were expected",
+                a.shape
+            ),
+        )),
+    }
+}
+
+fn pickle_matrix(display: &str, a: pickle::Array) -> Result<(Vec<f32>, usize, usize)> {
+    npy_matrix(display, pickle_npy(display, a)?)
 }
 
 fn read_parquet(display: &str, bytes: &[u8], label_column: &str) -> Result<Raw> {

@@ -19,6 +19,7 @@ fn params(format: DataFormat) -> FeatureParams {
         n_classes: None,
         validation: 0,
         validation_order: None,
+        labels: None,
     }
 }
 
@@ -406,4 +407,73 @@ fn without_a_validation_split_the_key_and_the_table_are_unchanged() {
     let p = params(DataFormat::Csv);
     let j = serde_json::to_value(&p).unwrap();
     assert!(j.get("validation").is_none(), "{j}");
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// `np.save(f, {'data': X, 'label': y}, allow_pickle=True)` by numpy 2.4.6 (the layout of the
+/// Reuters-10k files): X float64 [[0.5, -1.25, 3.0], [1e-3, 2.5, -0.0]], y int32 [1, 0].
+const DICT_NPY: &str = "934e554d5059010076007b276465736372273a20277c4f272c2027666f727472616e5f6f72646572273a2046616c73652c20277368617065273a2028292c207d2020202020202020202020202020202020202020202020202020202020202020202020202020202020202020202020202020202020202020202020202020200a80049555010000000000008c166e756d70792e5f636f72652e6d756c74696172726179948c0c5f7265636f6e7374727563749493948c056e756d7079948c076e6461727261799493944b0085944301629487945294284b012968038c0564747970659493948c024f3894898887945294284b038c017c944e4e4e4affffffff4affffffff4b3f749462895d947d94288c046461746194680268054b008594680787945294284b014b024b038694680b8c02663894898887945294284b038c013c944e4e4e4affffffff4affffffff4b00749462894330000000000000e03f000000000000f4bf0000000000000840000000e04d62503f00000000000004400000000000000080947494628c056c6162656c94680268054b008594680787945294284b014b028594680b8c02693494898887945294284b03681b4e4e4e4affffffff4affffffff4b0074946289430801000000000000009474946275617494622e";
+
+#[test]
+fn a_dict_inside_an_object_npy_reads_as_features_and_labels() {
+    let raw = read_pickle("train.npy", &unhex(DICT_NPY)).unwrap();
+    assert_eq!((raw.rows, raw.dim), (2, 3));
+    assert_eq!(raw.x, vec![0.5, -1.25, 3.0, 1e-3, 2.5, -0.0]);
+    assert_eq!(raw.labels, vec![1, 0]);
+    // The same file through `format: npy` says which format reads it.
+    let e = read_npy_matrix("train.npy", &unhex(DICT_NPY))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("format: pickle"), "{e}");
+}
+
+#[test]
+fn cifar100_fine_labels_map_onto_the_twenty_superclasses() {
+    // CIFAR-100's superclasses as CC's `cluster.py` lists them (superclass → its 5 fine
+    // classes): the same table as the dataset's `coarse_labels`.
+    let groups: [[usize; 5]; 20] = [
+        [72, 4, 95, 30, 55],
+        [73, 32, 67, 91, 1],
+        [92, 70, 82, 54, 62],
+        [16, 61, 9, 10, 28],
+        [51, 0, 53, 57, 83],
+        [40, 39, 22, 87, 86],
+        [20, 25, 94, 84, 5],
+        [14, 24, 6, 7, 18],
+        [43, 97, 42, 3, 88],
+        [37, 17, 76, 12, 68],
+        [49, 33, 71, 23, 60],
+        [15, 21, 19, 31, 38],
+        [75, 63, 66, 64, 34],
+        [77, 26, 45, 99, 79],
+        [11, 2, 35, 46, 98],
+        [29, 93, 27, 78, 44],
+        [65, 50, 74, 36, 80],
+        [56, 52, 47, 59, 96],
+        [8, 58, 90, 13, 48],
+        [81, 69, 41, 89, 85],
+    ];
+    for (coarse, fines) in groups.iter().enumerate() {
+        for &f in fines {
+            assert_eq!(CIFAR100_COARSE[f] as usize, coarse, "fine class {f}");
+        }
+    }
+    let mut labels: Vec<i64> = (0..100).collect();
+    LabelMap::Cifar100Coarse.apply(&mut labels, "`c`").unwrap();
+    assert_eq!(labels.iter().copied().max(), Some(19));
+    // Labels already below 20 are superclasses: left alone.
+    let mut coarse: Vec<i64> = (0..20).collect();
+    LabelMap::Cifar100Coarse.apply(&mut coarse, "`c`").unwrap();
+    assert_eq!(coarse, (0..20).collect::<Vec<i64>>());
+    let e = LabelMap::Cifar100Coarse
+        .apply(&mut [3, 100], "`c`")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("label 100 is not a CIFAR-100 class"), "{e}");
 }
