@@ -33,6 +33,14 @@ def number(cell):
 
 HEADER = "table,dataset,supervision,method,pretrain,corruption,budget,metric,split,value"
 
+# One spelling per dataset in every CSV: the one the paper uses most (its Tables 1 and 10
+# print CIFAR100 and REUTERS in their row labels, the rest of the paper CIFAR100-20 and Reuters).
+CANONICAL = {"CIFAR100": "CIFAR100-20", "REUTERS": "Reuters"}
+
+
+def canonical(name):
+    return CANONICAL.get(name, name)
+
 
 def train_test(cell):
     t = re.match(r"\\textcolor\{blue\}\{(.*)\},\s*(.*)$", cell.strip())
@@ -51,7 +59,7 @@ def table10(tex):
     for line in body.splitlines():
         m = re.search(r"\\multirow\{3\}\{\*\}\{([^}]*)\}", line)
         if m:
-            dataset = m.group(1)
+            dataset = canonical(m.group(1))
         cells = [c.strip() for c in line.strip().rstrip("\\").split("&")]
         if len(cells) != 11 or cells[1] not in names:
             continue
@@ -114,7 +122,7 @@ def table1(tex):
             supervision = "multi3"
         m = re.search(r"\\raisebox\{[^}]*\}\{(CIFAR100|CIFAR10|FMNIST|ImageNet10|MNIST|REUTERS|STL10|RCV1-10)\}", line)
         if m:
-            dataset = m.group(1)
+            dataset = canonical(m.group(1))
         m = re.search(r"& (ACC|NMI|ARI) & (.*)\\\\", line)
         if not m:
             continue
