@@ -26,6 +26,12 @@ pub struct Cli {
     /// CUDA_VISIBLE_DEVICES; implies the CUDA device; $UPCC_GPUS).
     #[arg(long, global = true, value_name = "LIST", env = "UPCC_GPUS")]
     pub gpus: Option<String>,
+    /// Plan training nodes for numerics class CLASS instead of this machine's device (e.g.
+    /// `cpu-f32-avx512`, or a GPU's class on a login node that has none; `upcc device` prints
+    /// a machine's class): `status`, `explain` and `report` show the results of that class, and
+    /// `run` refuses to compute where the device computes another ($UPCC_NUMERICS).
+    #[arg(long, global = true, value_name = "CLASS", env = "UPCC_NUMERICS")]
+    pub numerics: Option<String>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -107,7 +113,8 @@ pub struct RunArgs {
     /// Independent nodes run side by side in the remaining threads; results do not depend on it.
     #[arg(long, env = "UPCC_NODE_THREADS")]
     pub node_threads: Option<usize>,
-    /// Memory budget in MiB for the memory slots (default: 80% of available memory).
+    /// Memory budget in MiB for the memory slots (default: 80% of available memory, and of
+    /// what `ulimit -v` or the cgroup leaves this process).
     #[arg(long)]
     pub memory_mb: Option<u64>,
     /// Progress display on stderr.
@@ -137,11 +144,6 @@ pub struct JobArgs {
     /// The node's recipe the job was submitted for (hex; see `upcc_cli::slurm::recipes`).
     #[arg(long)]
     pub recipe: String,
-    /// The numerics class the driver planned training nodes with: a node that does not train
-    /// is run without opening a device; one that trains needs this machine's device to
-    /// compute that class.
-    #[arg(long, value_name = "CLASS")]
-    pub numerics: Option<String>,
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
 }
@@ -156,9 +158,12 @@ pub enum ProgressArg {
 
 #[derive(Args, Debug)]
 pub struct ExplainArgs {
-    /// Spec file, then the node id (`upcc status` lists them) or a key prefix.
-    #[arg(value_name = "SPEC NODE", required = true, num_args = 2)]
-    pub spec_and_node: Vec<String>,
+    /// Spec file.
+    #[arg(value_name = "SPEC")]
+    pub spec: String,
+    /// The node id (`upcc status SPEC` lists them) or a key prefix.
+    #[arg(value_name = "NODE")]
+    pub node: Option<String>,
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
     #[arg(long)]
@@ -171,8 +176,8 @@ pub struct GcArgs {
     #[arg(value_name = "SPEC", required = true, num_args = 1..)]
     pub specs: Vec<String>,
     /// Keep anything written within this many minutes (writers in flight are never robbed).
-    #[arg(long, default_value_t = 60)]
-    pub grace_minutes: u64,
+    #[arg(long, default_value_t = 60, allow_negative_numbers = true)]
+    pub grace_minutes: i64,
     /// Only report what would be deleted.
     #[arg(long)]
     pub dry_run: bool,

@@ -53,6 +53,8 @@ pub struct Env {
     pub store: Option<PathBuf>,
     pub device: Option<String>,
     pub gpus: Option<String>,
+    /// `--numerics`: the class training nodes are planned with instead of the device's.
+    pub numerics: Option<String>,
     pub verbose: u8,
 }
 
@@ -60,6 +62,14 @@ impl Env {
     /// The training device (`--device`, `$UPCC_DEVICE`, auto). `quiet` suppresses the
     /// fallback info line (for JSON output).
     pub fn compute(&self, quiet: bool) -> Result<std::sync::Arc<Compute>> {
+        match &self.numerics {
+            Some(n) => Ok(Compute::planned(&check_numerics(n)?)),
+            None => self.device(quiet),
+        }
+    }
+
+    /// The device this machine trains on, whatever `--numerics` plans with.
+    pub fn device(&self, quiet: bool) -> Result<std::sync::Arc<Compute>> {
         let gpus = match &self.gpus {
             Some(s) => Some(crate::device::parse_gpus(s)?),
             None => None,
@@ -70,6 +80,41 @@ impl Env {
             quiet,
         )
     }
+}
+
+/// A numerics class as `--numerics` gives it: `cpu-…` or `cuda-…`, printable, one word.
+fn check_numerics(n: &str) -> Result<String> {
+    let ok = (n.starts_with("cpu-") || n.starts_with("cuda-"))
+        && n.len() <= 200
+        && n.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    if ok {
+        Ok(n.to_string())
+    } else {
+        Err(CliError::user(format!(
+            "--numerics (or $UPCC_NUMERICS) `{n}` is not a numerics class"
+        ))
+        .hint(format!(
+            "a class looks like `{}` or `cuda-f32-sm90-…`; `upcc device` prints this machine's",
+            Compute::cpu().numerics()
+        )))
+    }
+}
+
+/// The device a local run trains on: this machine's, which must compute the class
+/// `--numerics` planned with, if given.
+fn local_device(env: &Env, planned: &Compute, quiet: bool) -> Result<std::sync::Arc<Compute>> {
+    let real = env.device(quiet)?;
+    if env.numerics.is_some() && real.numerics() != planned.numerics() {
+        return Err(CliError::user(format!(
+            "--numerics {} plans for another device class than this machine's device ({}), which computes {}",
+            planned.numerics(),
+            real.name(),
+            real.numerics()
+        ))
+        .hint("drop --numerics (and $UPCC_NUMERICS) to compute here, or run where that class is computed"));
+    }
+    Ok(real)
 }
 
 struct Loaded {
@@ -100,6 +145,58 @@ fn load_with(args: &SpecArgs, threads: usize, compute: std::sync::Arc<Compute>) 
     })
 }
 
+/// Refuse, before anything runs, the nodes about to train on this machine's CPU whose
+/// networks cannot fit in the memory this process may use (physical memory, `ulimit -v`, the
+/// cgroup's limit): `computes()[i]` says whether node `i` of `dag` is computed by this process,
+/// asked only when some node is too large (a GPU's nodes hold their networks in the GPU's
+/// memory).
+fn check_memory(
+    built: &Built,
+    dag: &upcc_engine::Dag,
+    computes: impl FnOnce() -> Result<Vec<bool>>,
+    compute: &Compute,
+) -> Result<()> {
+    if compute.is_gpu() {
+        return Ok(());
+    }
+    let Some((budget, source)) = upcc_stages::check::memory_budget() else {
+        return Ok(());
+    };
+    let large: Vec<_> = built
+        .memory_needs
+        .iter()
+        .filter(|m| m.bytes > budget)
+        .filter_map(|m| dag.index_of(&m.node).map(|i| (i, m)))
+        .collect();
+    if large.is_empty() {
+        return Ok(());
+    }
+    let computes = computes()?;
+    let over: Vec<_> = large
+        .into_iter()
+        .filter(|(i, _)| computes[*i])
+        .map(|(_, m)| m)
+        .collect();
+    let Some(first) = over.first() else {
+        return Ok(());
+    };
+    let others = match over.len() {
+        1 => String::new(),
+        2 => " (and 1 other node)".to_string(),
+        n => format!(" (and {} other nodes)", n - 1),
+    };
+    Err(CliError::user(format!(
+        "node `{}`{others}: {} would need {} of memory to train, more than {source}",
+        first.node,
+        first.what,
+        upcc_stages::check::human_bytes(first.bytes),
+    ))
+    .hint(format!(
+        "lower `{0}.hidden` or `{0}.batch_size` (e.g. `--set {0}.batch_size=…`), or run where more memory is available",
+        first.section
+    )))
+}
+
 fn memory_default_mb() -> u64 {
     let avail = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
         m.lines()
@@ -107,7 +204,12 @@ fn memory_default_mb() -> u64 {
             .and_then(|l| l.split_whitespace().nth(1))
             .and_then(|v| v.parse::<u64>().ok())
     });
-    avail.map(|kb| kb / 1024 * 8 / 10).unwrap_or(8192)
+    let avail_mb = avail.map(|kb| kb / 1024 * 8 / 10).unwrap_or(8192);
+    // Never more than this process may use (`ulimit -v`, the cgroup's limit).
+    let budget_mb = upcc_stages::check::memory_budget()
+        .map(|(b, _)| u64::try_from(b / (1 << 20)).unwrap_or(u64::MAX) * 8 / 10)
+        .unwrap_or(u64::MAX);
+    avail_mb.min(budget_mb).max(256)
 }
 
 fn cpu_description() -> String {
@@ -317,7 +419,7 @@ pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
         .node_threads
         .unwrap_or(DEFAULT_NODE_THREADS)
         .clamp(1, threads);
-    let loaded = load(&args.spec, node_threads, env)?;
+    let mut loaded = load(&args.spec, node_threads, env)?;
     let section = crate::slurm::executor_section(loaded.spec.file.executor.as_ref())?;
     let executor = args
         .executor
@@ -332,12 +434,30 @@ pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
         )
         .hint("add `--executor slurm`, or drop --detach"));
     }
+    if executor == ExecutorArg::Local && env.numerics.is_some() {
+        // Planned for a class: this machine must compute it, and then trains with its device.
+        let real = local_device(env, &loaded.compute, args.spec.json)?;
+        loaded = load_with(&args.spec, node_threads, real)?;
+    }
     let roots = select::roots(&loaded.selection, &loaded.built)?;
     let dag = loaded.built.dag.restrict(&roots);
     if executor == ExecutorArg::Local {
         // This process trains: a GPU that cannot be used fails the run here, before anything
         // is computed or written (the kernels are compiled now, once).
         loaded.compute.open()?;
+    }
+    if executor == ExecutorArg::Local {
+        // Before the store is created or anything written: the nodes this run computes.
+        let computes = || -> Result<Vec<bool>> {
+            Ok(match open_store(store_flag, false) {
+                Ok(store) if !args.force => plan(&dag, &store, &loaded.spec.file.name)?
+                    .iter()
+                    .map(|e| e.status != NodeStatus::Fresh)
+                    .collect(),
+                _ => vec![true; dag.len()],
+            })
+        };
+        check_memory(&loaded.built, &dag, computes, &loaded.compute)?;
     }
     let store = open_store(store_flag, true)?;
     if executor == ExecutorArg::Slurm {
@@ -665,8 +785,15 @@ pub fn status(args: &SpecArgs, env: &Env) -> Result<i32> {
 
 pub fn explain(args: &ExplainArgs, env: &Env) -> Result<i32> {
     let (store_flag, verbose) = (&env.store, env.verbose);
-    let spec_arg = &args.spec_and_node[0];
-    let node_arg = &args.spec_and_node[1];
+    let spec_arg = &args.spec;
+    let Some(node_arg) = &args.node else {
+        return Err(CliError::user(format!(
+            "`upcc explain {spec_arg}` needs a node: which node of the spec to explain"
+        ))
+        .hint(format!(
+            "`upcc status {spec_arg}` lists the node ids; then `upcc explain {spec_arg} NODE` (a node id or a key prefix)"
+        )));
+    };
     let spec = spec::load(spec_arg, &args.set)?;
     let built = build(&spec, default_threads(), env.compute(args.json)?)?;
     let dag = &built.dag;
@@ -752,7 +879,7 @@ pub fn explain(args: &ExplainArgs, env: &Env) -> Result<i32> {
             json!({
                 "id": node.id, "stage": node.stage, "stage_version": node.stage_version, "status": e.status,
                 "key": e.key.map(|k| k.to_hex()), "reasons": e.reasons, "inputs": inputs, "params": node.params,
-                "numerics": node.numerics, "manifest": manifest, "log": e.key.map(|k| store.log_path(&k).display().to_string()),
+                "numerics": node.numerics, "numerics_parts": crate::device::describe_numerics(&node.numerics), "manifest": manifest, "log": e.key.map(|k| store.log_path(&k).display().to_string()),
                 "log_text": e.key.and_then(|k| std::fs::read_to_string(store.log_path(&k)).ok()),
             })
         );
@@ -765,6 +892,9 @@ pub fn explain(args: &ExplainArgs, env: &Env) -> Result<i32> {
         "stage     {} (version {}), numerics {}",
         node.stage, node.stage_version, node.numerics
     );
+    for part in crate::device::describe_numerics(&node.numerics) {
+        let _ = writeln!(o, "          {part}");
+    }
     let _ = writeln!(o, "status    {}", status_word(e.status));
     if let Some(k) = e.key {
         let _ = writeln!(o, "key       {k}");
@@ -948,6 +1078,12 @@ pub fn verify(store_flag: &Option<PathBuf>) -> Result<i32> {
     for r in &report.refs_quarantined {
         let _ = writeln!(o, "ref {r} is unreadable: quarantined");
     }
+    for m in &report.misplaced_moved {
+        let _ = writeln!(
+            o,
+            "{m} was of the wrong kind (a file where a folder belongs, or a folder where a file does): moved to quarantine"
+        );
+    }
     if report.stale_temp_files_removed > 0 {
         let _ = writeln!(
             o,
@@ -965,6 +1101,13 @@ pub fn verify(store_flag: &Option<PathBuf>) -> Result<i32> {
 }
 
 pub fn gc(args: &GcArgs, env: &Env) -> Result<i32> {
+    let grace_minutes = u64::try_from(args.grace_minutes).map_err(|_| {
+        CliError::user(format!(
+            "--grace-minutes must be 0 or more, got {}",
+            args.grace_minutes
+        ))
+        .hint("0 keeps nothing for being recent; the default 60 keeps what was written in the last hour")
+    })?;
     let store = open_store(&env.store, false)?;
     let mut keep: BTreeSet<Digest<NodeKeyTag>> = BTreeSet::new();
     // Results of every device class in the store are kept, not only this machine's: a `gc` on
@@ -998,11 +1141,7 @@ pub fn gc(args: &GcArgs, env: &Env) -> Result<i32> {
             }
         }
     }
-    let r = store.gc(
-        &keep,
-        Duration::from_secs(args.grace_minutes * 60),
-        args.dry_run,
-    )?;
+    let r = store.gc(&keep, Duration::from_secs(grace_minutes * 60), args.dry_run)?;
     println!(
         "{}{} results and {} objects ({:.1} MiB) {}; kept {} results ({} only because they are recent) and {} objects",
         if args.dry_run { "dry run: " } else { "" },
@@ -1150,7 +1289,7 @@ fn run_slurm(
 /// `upcc job SPEC NODE --key HEX`: compute exactly one node whose inputs are computed.
 /// `upcc device`: the device a run would train on, opened as a run opens it.
 pub fn device(args: &crate::cli::DeviceArgs, env: &Env) -> Result<i32> {
-    let compute = env.compute(args.json)?;
+    let compute = env.device(args.json)?;
     let t0 = Instant::now();
     compute.open()?;
     let opened_s = t0.elapsed().as_secs_f64();
@@ -1159,7 +1298,7 @@ pub fn device(args: &crate::cli::DeviceArgs, env: &Env) -> Result<i32> {
         let facts: BTreeMap<_, _> = info.facts.iter().cloned().collect();
         println!(
             "{}",
-            json!({"device": compute.name(), "numerics": compute.numerics(), "facts": facts, "open_seconds": opened_s})
+            json!({"device": compute.name(), "numerics": compute.numerics(), "numerics_parts": crate::device::describe_numerics(&compute.numerics()), "facts": facts, "open_seconds": opened_s})
         );
     } else {
         let mut rows = vec![
@@ -1169,6 +1308,11 @@ pub fn device(args: &crate::cli::DeviceArgs, env: &Env) -> Result<i32> {
                 format!("{} (part of every training node's key)", compute.numerics()),
             ),
         ];
+        rows.extend(
+            crate::device::describe_numerics(&compute.numerics())
+                .into_iter()
+                .map(|p| ("  part".to_string(), p)),
+        );
         rows.extend(info.facts.iter().cloned());
         if compute.is_gpu() {
             rows.push((
@@ -1200,16 +1344,13 @@ pub fn job(args: &JobArgs, env: &Env) -> Result<i32> {
     // A job plans with the numerics class its driver planned with, so that a node that does
     // not train (features, k-means, metrics, tables) runs on a machine without the driver's
     // device; a node that trains opens this machine's device, which must compute that class.
-    let mut loaded = match &args.numerics {
-        Some(n) => load_with(&spec_args, threads, Compute::planned(n))?,
-        None => load(&spec_args, threads, env)?,
-    };
+    let mut loaded = load(&spec_args, threads, env)?;
     let Some(i) = loaded.built.dag.index_of(node_id) else {
         return Err(CliError::user(format!("the spec `{spec_arg}` has no node `{node_id}`"))
             .hint("the spec changed since the job was submitted; rerun `upcc run SPEC --executor slurm`"));
     };
-    if args.numerics.is_some() && loaded.built.dag.node(i).numerics != "exact" {
-        let real = env.compute(false)?;
+    if env.numerics.is_some() && loaded.built.dag.node(i).numerics != "exact" {
+        let real = env.device(false)?;
         if real.numerics() != loaded.compute.numerics() {
             return Err(CliError::env(format!(
                 "node `{node_id}` was planned for numerics class {} but this machine's device ({}) computes {}",
@@ -1236,6 +1377,12 @@ pub fn job(args: &JobArgs, env: &Env) -> Result<i32> {
         ))
         .hint("the spec, its parameters or upcc changed since the submission; rerun `upcc run SPEC --executor slurm`"));
     }
+    let computes = || {
+        Ok((0..dag.len())
+            .map(|j| j == last && entries[j].status != NodeStatus::Fresh)
+            .collect())
+    };
+    check_memory(&loaded.built, &dag, computes, &loaded.compute)?;
     if entries[last].status != NodeStatus::Fresh && dag.node(last).resources.gpu_memory_mb > 0 {
         // This job trains on the GPU: one that cannot be used fails it before it computes.
         loaded.compute.open()?;

@@ -1,7 +1,7 @@
 //! The compute device a run trains on: `--device auto|cpu|cuda[:N]` (or `$UPCC_DEVICE`).
 //!
 //! The choice is made once, before the DAG is built, because it names the numerics class of
-//! every training-like node (`cpu-f32`, `cuda-f32-sm90`, …): results computed on one class
+//! every training-like node (`cpu-f32-avx512`, `cuda-f32-sm90-…`, …): results computed on one class
 //! never answer for another.
 
 use std::fmt;
@@ -350,6 +350,63 @@ pub fn parse_gpus(s: &str) -> Result<Vec<usize>> {
     Ok(out)
 }
 
+/// What a numerics class is made of, part by part, in words (`upcc explain`, `upcc device`):
+/// every part is something that changes the bits of a training node's outputs.
+pub fn describe_numerics(class: &str) -> Vec<String> {
+    let parts: Vec<&str> = class.split('-').collect();
+    let mut out = Vec::new();
+    match parts.first().copied() {
+        Some("exact") => {
+            out.push("exact: no floating-point training; any machine gives the same bits".into())
+        }
+        Some("cpu") => {
+            out.push("cpu: trained on the CPU".into());
+            if let Some(d) = parts.get(1) {
+                out.push(format!("{d}: the precision of every tensor"));
+            }
+            match parts.get(2).copied() {
+                Some(isa) => out.push(format!(
+                    "{isa}: the instruction set gemm's kernels use ({}); each product's sum is split every {} terms, the same on every CPU model",
+                    match isa {
+                        "avx512" => "x86-64 AVX-512F, 16 lanes",
+                        "fma" => "x86-64 AVX2 with FMA, 8 lanes",
+                        "neon" => "AArch64 NEON",
+                        "scalar" => "no vector kernels",
+                        _ => "unknown to this upcc",
+                    },
+                    upcc_nn::cpu::K_BLOCK
+                )),
+                None => out.push(
+                    "no instruction set: a class written before it was part of the class (its bits could differ between CPU models)".into(),
+                ),
+            }
+        }
+        Some("cuda") => {
+            out.push("cuda: trained on an NVIDIA GPU".into());
+            for p in &parts[1..] {
+                let text = if let Some(cc) = p
+                    .strip_prefix("sm")
+                    .filter(|s| s.chars().all(|c| c.is_ascii_digit()))
+                {
+                    let (major, minor) = cc.split_at(cc.len().saturating_sub(1));
+                    format!("{p}: compute capability {major}.{minor}")
+                } else if let Some(n) = p.strip_suffix("sm") {
+                    format!("{p}: {n} streaming multiprocessors (cuBLAS picks its kernels by them)")
+                } else if let Some(v) = p.strip_prefix("cublas") {
+                    format!("{p}: cuBLAS {v}")
+                } else if let Some(v) = p.strip_prefix("nvrtc") {
+                    format!("{p}: NVRTC {v}, which compiles upcc's kernels")
+                } else {
+                    format!("{p}: the precision of every tensor")
+                };
+                out.push(text);
+            }
+        }
+        _ => out.push(format!("{class}: not a class this upcc knows")),
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -428,7 +485,23 @@ mod tests {
     #[test]
     fn the_cpu_names_its_numerics() {
         let c = Compute::cpu();
-        assert_eq!(c.numerics(), "cpu-f32");
+        assert_eq!(c.numerics(), format!("cpu-f32-{}", upcc_nn::cpu::cpu_isa()));
+        let parts = describe_numerics(&c.numerics());
+        assert_eq!(parts.len(), 3, "{parts:?}");
+        assert!(parts[2].contains("split every 512 terms"), "{parts:?}");
+        let gpu = describe_numerics("cuda-f32-sm90-132sm-cublas13.1.0-nvrtc13.0");
+        assert!(
+            gpu.iter().any(|p| p == "sm90: compute capability 9.0"),
+            "{gpu:?}"
+        );
+        assert!(
+            gpu.iter().any(|p| p.starts_with("132sm: 132 streaming")),
+            "{gpu:?}"
+        );
+        assert!(
+            gpu.iter().any(|p| p == "cublas13.1.0: cuBLAS 13.1.0"),
+            "{gpu:?}"
+        );
         assert!(!c.is_gpu());
         assert!(c.gpu_budgets_mb().is_empty());
         assert!(matches!(c.for_node(Some(3)), Ok(NodeCompute::Cpu(_))));

@@ -152,7 +152,25 @@ impl From<upcc_engine::StoreError> for CliError {
             | upcc_engine::StoreError::LayoutVersion { .. } => Tier::User,
             _ => Tier::Environment,
         };
-        CliError::new(tier, e.to_string())
+        let hint = match &e {
+            upcc_engine::StoreError::BadJson { path, .. }
+                if path.file_name().is_some_and(|n| n == "STORE.json") =>
+            {
+                Some(format!(
+                    "`{}` is damaged and its folder has no store folders (objects/, nodes/, refs/) to rebuild it from: if this is not a store, choose another --store; if it is a new one, delete `STORE.json`",
+                    path.display()
+                ))
+            }
+            upcc_engine::StoreError::LayoutVersion { found, .. } => Some(format!(
+                "it was written by a upcc of another store layout ({found}): use that upcc, or choose another --store"
+            )),
+            _ => None,
+        };
+        let err = CliError::new(tier, e.to_string());
+        match hint {
+            Some(h) => err.hint(h),
+            None => err,
+        }
     }
 }
 

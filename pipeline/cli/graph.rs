@@ -48,6 +48,8 @@ pub struct TargetNodes {
 pub struct Built {
     pub dag: Dag,
     pub targets: Vec<TargetNodes>,
+    /// What the training nodes on datasets of known shape need in memory.
+    pub memory_needs: Vec<crate::wiring::MemoryNeed>,
 }
 
 /// Build the full DAG of a spec: CPU training nodes get `threads` threads each; `compute` is
@@ -502,9 +504,11 @@ fn build_with(
             trials,
         });
     }
+    let memory_needs = std::mem::take(&mut w.memory_needs);
     Ok(Built {
         dag: w.build(),
         targets,
+        memory_needs,
     })
 }
 

@@ -24,16 +24,26 @@ pub fn main_entry() -> i32 {
     let cli = match cli::Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
+            if let Some((message, hint)) = explain_clap_error(&e) {
+                let err = error::CliError::user(message).hint(hint);
+                eprint!("{err}");
+                return err.exit_code();
+            }
             let code = if e.use_stderr() { 2 } else { 0 };
             let _ = e.print();
             return code;
         }
     };
     init_tracing(cli.verbose);
+    if let Err(e) = check_env() {
+        eprint!("{e}");
+        return e.exit_code();
+    }
     let env = commands::Env {
         store: cli.store.clone(),
         device: cli.device.clone(),
         gpus: cli.gpus.clone(),
+        numerics: cli.numerics.clone(),
         verbose: cli.verbose,
     };
     let result = match &cli.command {
@@ -59,6 +69,121 @@ pub fn main_entry() -> i32 {
             e.exit_code()
         }
     }
+}
+
+/// The variables that stand in for flags (clap reads them), with their flags.
+const ENV_FLAGS: [(&str, &str); 5] = [
+    ("UPCC_THREADS", "--threads"),
+    ("UPCC_NODE_THREADS", "--node-threads"),
+    ("UPCC_EXECUTOR", "--executor"),
+    ("UPCC_GPUS", "--gpus"),
+    ("UPCC_NUMERICS", "--numerics"),
+];
+
+/// Clap's errors that do not say what to fix: an argument that is not UTF-8 (which one), and a
+/// bad value that came from an environment variable (which variable).
+fn explain_clap_error(e: &clap::Error) -> Option<(String, String)> {
+    use clap::error::ErrorKind;
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    match e.kind() {
+        ErrorKind::InvalidUtf8 => {
+            let (i, bad) = args
+                .iter()
+                .enumerate()
+                .find(|(_, a)| a.to_str().is_none())?;
+            Some((
+                format!(
+                    "argument {} (`{}`) is not valid UTF-8",
+                    i + 1,
+                    bad.to_string_lossy()
+                ),
+                "spec files, selectors and --set values must be UTF-8 text: rename the file or reach it through a symlink with a UTF-8 name (only --store takes any path)".into(),
+            ))
+        }
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation => {
+            let text = e.to_string();
+            let given = |flag: &str| {
+                args.iter().any(|a| {
+                    a.to_str()
+                        .is_some_and(|a| a == flag || a.starts_with(&format!("{flag}=")))
+                })
+            };
+            let (var, flag) = ENV_FLAGS.iter().find(|(var, flag)| {
+                std::env::var_os(var).is_some()
+                    && !given(flag)
+                    && text.contains(&format!("'{flag}"))
+            })?;
+            let value = std::env::var_os(var)?.to_string_lossy().into_owned();
+            let why = text
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim_start_matches("error: ")
+                .to_string();
+            Some((
+                format!("environment variable {var}=`{value}` gives {flag} a value it does not take ({why})"),
+                format!("fix it or unset it (`unset {var}`); `upcc {} --help` lists the valid values", first_word(&args)),
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// The `UPCC_*` variables upcc reads itself (not through clap): a value it cannot use is an
+/// error naming the variable, never silently replaced by the default.
+fn check_env() -> error::Result<()> {
+    let bad = |var: &str, value: &str, want: &str| {
+        error::CliError::user(format!(
+            "environment variable {var}=`{value}` is not valid: it must be {want}"
+        ))
+        .hint(format!("fix it or unset it (`unset {var}`)"))
+    };
+    for var in ["UPCC_LEASE_HEARTBEAT_S", "UPCC_LEASE_EXPIRY_S"] {
+        if let Some(v) = std::env::var_os(var) {
+            let v = v.to_string_lossy();
+            if !v
+                .trim()
+                .parse::<f64>()
+                .is_ok_and(|s| s.is_finite() && s > 0.0)
+            {
+                return Err(bad(var, &v, "a number of seconds > 0"));
+            }
+        }
+    }
+    if let Some(v) = std::env::var_os("UPCC_STORE_SHARED") {
+        let v = v.to_string_lossy();
+        if !["", "0", "1"].contains(&v.as_ref()) {
+            return Err(bad(
+                "UPCC_STORE_SHARED",
+                &v,
+                "1 (a group-shared store) or 0",
+            ));
+        }
+    }
+    if let Some(v) = std::env::var_os("UPCC_DEVICE") {
+        if v.to_str().is_none() {
+            return Err(bad(
+                "UPCC_DEVICE",
+                &v.to_string_lossy(),
+                "auto, cpu, cuda or cuda:N",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The subcommand word of the arguments, for hints.
+fn first_word(args: &[std::ffi::OsString]) -> String {
+    args.iter()
+        .filter_map(|a| a.to_str())
+        .find(|a| {
+            [
+                "run", "status", "explain", "verify", "gc", "report", "cancel", "job", "device",
+            ]
+            .contains(a)
+        })
+        .unwrap_or("run")
+        .to_string()
 }
 
 fn init_tracing(verbose: u8) {

@@ -52,6 +52,9 @@ pub fn sections() -> Vec<&'static str> {
 /// Larger embeddings are mistakes (and would not fit in memory with the usual backbone).
 const MAX_EMBEDDING_DIM: usize = 100_000;
 
+/// The most classes a dataset may declare (each is a column of every expert's output).
+const MAX_CLASSES: usize = 1_000_000;
+
 /// More trial × cell nodes than this is a mistake, not an experiment.
 const MAX_NODES: u128 = 2_000_000;
 
@@ -593,6 +596,9 @@ pub struct Spec {
     pub oracle_runs: BTreeMap<String, SupervisionSpec>,
     /// Published values of table targets that name them, by target.
     pub published: BTreeMap<String, PublishedTable>,
+    /// Each dataset's shape as known at load (`expect:`, else the head of its file), for the
+    /// memory check of the nodes that train on it.
+    pub shapes: BTreeMap<String, Option<upcc_stages::features::Shape>>,
 }
 
 impl Spec {
@@ -606,6 +612,36 @@ impl Spec {
     }
 }
 
+/// What is known of a dataset's shape at load: `expect:`'s sizes, else the head of its local
+/// file (CSV, IDX, `.npy`; not Parquet or pickles, nor files not downloaded yet).
+fn dataset_shape(d: &DatasetSpec, dir: &Path) -> Option<upcc_stages::features::Shape> {
+    if let Some(e) = &d.expect {
+        if let Some(dim) = e.dim {
+            return Some(upcc_stages::features::Shape { dim, rows: e.train });
+        }
+    }
+    let (single, split) = d.format.roles();
+    let role = [single[0], split[0]]
+        .into_iter()
+        .find(|r| d.files.contains_key(*r))?;
+    let file = &d.files[role];
+    match file.strip_prefix("embedded:") {
+        Some(e) => upcc_stages::features::peek_shape(d.format, None, embedded(e), &d.label_column),
+        None => upcc_stages::features::peek_shape(
+            d.format,
+            Some(&dir.join(file)),
+            None,
+            &d.label_column,
+        ),
+    }
+}
+
+/// The largest spec file read (64 MiB; the paper's spec is 60 KiB).
+const MAX_SPEC_BYTES: u64 = 64 << 20;
+
+/// The longest spec name (it names a folder of the store).
+pub const MAX_SPEC_NAME: usize = 100;
+
 /// Where a file's text came from.
 pub struct SpecSource {
     pub display: String,
@@ -617,6 +653,28 @@ pub struct SpecSource {
 pub fn read_source(arg: &str) -> Result<SpecSource> {
     let path = Path::new(arg);
     if path.exists() {
+        // A spec is a small text file: not a device or pipe that never ends, nor a dump.
+        let meta = std::fs::metadata(path)
+            .map_err(|e| CliError::user(format!("cannot read spec `{arg}`: {e}")))?;
+        if !meta.is_file() {
+            return Err(CliError::user(format!(
+                "spec `{arg}` is not a regular file ({})",
+                if meta.is_dir() {
+                    "a directory"
+                } else {
+                    "a device, pipe or socket"
+                }
+            ))
+            .hint("give the path of a YAML file such as `experiments/smoke.yaml`"));
+        }
+        if meta.len() > MAX_SPEC_BYTES {
+            return Err(CliError::user(format!(
+                "spec `{arg}` is {} bytes; a spec is at most {} MiB of YAML",
+                meta.len(),
+                MAX_SPEC_BYTES >> 20
+            ))
+            .hint("is this the right file? Data belongs in the files a dataset names"));
+        }
         let text = std::fs::read_to_string(path)
             .map_err(|e| CliError::user(format!("cannot read spec `{arg}`: {e}")))?;
         let dir = path
@@ -677,6 +735,11 @@ fn has_word(code: &str, token: &str) -> bool {
 /// a flow mapping `{a: 1, b: 2}` on their parent's line). The deepest part of the path found
 /// wins, so a missing leaf still places the problem at its section.
 pub fn locate_path(text: &str, path: &[&str]) -> Option<usize> {
+    locate_depth(text, path).map(|(_, line)| line)
+}
+
+/// [`locate_path`] with how many keys of `path` the line found matches.
+fn locate_depth(text: &str, path: &[&str]) -> Option<(usize, usize)> {
     let mut stack: Vec<(usize, String)> = Vec::new();
     let mut best: Option<(usize, usize)> = None; // (depth matched, line)
     for (i, raw) in text.lines().enumerate() {
@@ -717,7 +780,7 @@ pub fn locate_path(text: &str, path: &[&str]) -> Option<usize> {
             }
         }
     }
-    best.map(|(_, l)| l)
+    best
 }
 
 /// Places problems at a line of the spec, or at the `--set` argument that gave the value.
@@ -735,6 +798,15 @@ impl Locator<'_> {
             let n = p.len().min(path.len());
             if p[..n].iter().zip(&path[..n]).all(|(a, b)| a == b) {
                 return Place::Set { arg: arg.clone() };
+            }
+        }
+        // An entry the file does not have (a dataset only `--set` creates): the `--set` that
+        // made it.
+        if path.len() >= 2 && locate_depth(self.text, &path[..2]).is_none_or(|(d, _)| d < 2) {
+            for (p, arg) in self.overrides.iter().rev() {
+                if p.len() >= 2 && p[..2].iter().zip(&path[..2]).all(|(a, b)| a == b) {
+                    return Place::Set { arg: arg.clone() };
+                }
             }
         }
         let file = self.display.to_string();
@@ -860,6 +932,24 @@ fn explain_serde(msg: &str) -> (String, Option<String>) {
             None,
         );
     }
+    // YAML reads a number beyond f64's range (`1e400`) as a string.
+    if let Some(pos) = clean.find("invalid type: string \"") {
+        let rest = &clean[pos + "invalid type: string \"".len()..];
+        if let Some((word, tail)) = rest.split_once('"') {
+            let numeric = word
+                .parse::<f64>()
+                .is_ok_and(|v| !v.is_finite() && !word.to_ascii_lowercase().contains("inf"));
+            if numeric && tail.contains("expected f64") {
+                return (
+                    format!(
+                        "{}`{word}` is not a finite number (beyond ±1.8e308)",
+                        &clean[..pos]
+                    ),
+                    Some("give a value in the field's range".into()),
+                );
+            }
+        }
+    }
     // Internal type names are not what the user wrote.
     let clean = clean
         .replace("expected usize", "expected a whole number ≥ 0")
@@ -901,6 +991,9 @@ fn serde_error(display: &str, text: &str, e: &serde_yaml_ng::Error) -> CliError 
                 hits[0]
             ));
         }
+    }
+    if msg.contains("repetition limit exceeded") {
+        hint = Some("the file's aliases (`*name`) expand to too many values (a \"billion laughs\"); a spec needs a few aliases at most".into());
     }
     if msg.contains("cannot start any token") {
         if let Some(l) = line {
@@ -1108,6 +1201,13 @@ pub fn load(arg: &str, overrides: &[String]) -> Result<Spec> {
     let display = src.display.clone();
     let mut value: Value =
         serde_yaml_ng::from_str(&src.text).map_err(|e| serde_error(&display, &src.text, &e))?;
+    // YAML merge keys (`<<: *defaults`) are resolved before anything reads the spec.
+    let merges = has_merge_keys(&value);
+    if merges {
+        value
+            .apply_merge()
+            .map_err(|e| serde_error(&display, &src.text, &e))?;
+    }
     if !value.is_mapping() {
         return Err(CliError::user(format!(
             "{display}:1: a spec is a mapping of `name`, `datasets`, `supervision`, `methods`, `trials`, `params` and `targets`; this file holds a {}",
@@ -1128,9 +1228,14 @@ pub fn load(arg: &str, overrides: &[String]) -> Result<Spec> {
                 .collect()
         })
         .unwrap_or_default();
-    // Pass 1: the file alone, so that structural errors point into it.
-    let file: SpecFile =
-        serde_yaml_ng::from_str(&src.text).map_err(|e| serde_error(&display, &src.text, &e))?;
+    // Pass 1: the file alone, so that structural errors point into it (from the text, which
+    // gives lines; a file with merge keys from its merged value).
+    let file: SpecFile = if merges {
+        serde_yaml_ng::from_value(value.clone())
+    } else {
+        serde_yaml_ng::from_str(&src.text)
+    }
+    .map_err(|e| serde_error(&display, &src.text, &e))?;
     // Pass 2: with the command-line overrides (structural errors then name the `--set`).
     let (file, placed) = if overrides.is_empty() {
         (file, vec![])
@@ -1150,6 +1255,18 @@ pub fn load(arg: &str, overrides: &[String]) -> Result<Spec> {
     let mut spec = validate(src, file, placed)?;
     spec.target_order = target_order;
     Ok(spec)
+}
+
+/// Whether a YAML value holds a merge key `<<` anywhere.
+fn has_merge_keys(v: &Value) -> bool {
+    match v {
+        Value::Mapping(m) => m
+            .iter()
+            .any(|(k, v)| k.as_str() == Some("<<") || has_merge_keys(v)),
+        Value::Sequence(s) => s.iter().any(has_merge_keys),
+        Value::Tagged(t) => has_merge_keys(&t.value),
+        _ => false,
+    }
 }
 
 /// A section of `params` as a settings type, checked; problems reported at `params.<name>`.
@@ -1223,7 +1340,11 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
         },
         list: vec![],
     };
+    // The name is a folder of the store's `refs/`: no `.`/`..`, no hidden folder, and short
+    // enough for any file system.
     if file.name.is_empty()
+        || file.name.starts_with('.')
+        || file.name.len() > MAX_SPEC_NAME
         || !file
             .name
             .chars()
@@ -1232,11 +1353,29 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
         p.add(
             &["name"],
             format!(
-                "spec `name: {}` must be non-empty letters, digits, `-`, `_` or `.`",
+                "spec `name: {}` must be 1 to {MAX_SPEC_NAME} letters, digits, `-`, `_` or `.`, not starting with `.`",
                 file.name
             ),
             None,
         );
+    }
+    // Names are parts of node ids, table headers and selectors: never empty or blank.
+    let named: [(&str, Vec<&String>); 4] = [
+        ("datasets", file.datasets.keys().collect()),
+        ("supervision", file.supervision.keys().collect()),
+        ("methods", file.methods.keys().collect()),
+        ("targets", file.targets.keys().collect()),
+    ];
+    for (section, names) in named {
+        for name in names.into_iter().filter(|n| n.trim().is_empty()) {
+            p.add(
+                &[section, name.as_str()],
+                format!(
+                    "`{section}` has an entry named `{name}`; a name must not be empty or blank"
+                ),
+                Some("name it with letters, digits, `-` or `_`".into()),
+            );
+        }
     }
     // Datasets.
     for (name, d) in &file.datasets {
@@ -1382,6 +1521,15 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
                     d.embedding_dim
                 ),
                 None,
+            );
+        }
+        if let Some(c) = d.n_classes.filter(|&c| c == 0 || c > MAX_CLASSES) {
+            p.add(
+                &at("n_classes"),
+                format!(
+                    "dataset `{name}`: `n_classes: {c}` must be 1 to {MAX_CLASSES} (the paper's datasets have 10 or 20)"
+                ),
+                Some("leave it out to take the classes from the labels".into()),
             );
         }
         if let Scaling::Multiply(f) = d.scaling {
@@ -2064,6 +2212,11 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
     }
     let display = src.display.clone();
     p.into_result(&display)?;
+    let shapes = file
+        .datasets
+        .iter()
+        .map(|(name, d)| (name.clone(), dataset_shape(d, &src.dir)))
+        .collect();
     Ok(Spec {
         display: src.display,
         dir: src.dir,
@@ -2081,6 +2234,7 @@ fn validate(src: SpecSource, file: SpecFile, placed: Vec<(Vec<String>, String)>)
         target_order: vec![],
         oracle_runs,
         published,
+        shapes,
     })
 }
 

@@ -19,7 +19,7 @@ use crate::spec::{DatasetSpec, Spec, SupervisionSpec};
 pub enum Numerics {
     /// Exact, device-independent computation (data handling, k-means in f64, tables).
     Exact,
-    /// Trains networks on the run's device (`cpu-f32`, `cuda-f32-sm90`, …).
+    /// Trains networks on the run's device (`cpu-f32-avx512`, `cuda-f32-sm90-…`, …).
     Device,
 }
 
@@ -49,6 +49,19 @@ pub struct Wiring<'a> {
     pub numerics: String,
     /// Optional grid axes that appear in node ids (those some target varies).
     pub id_axes: BTreeSet<&'static str>,
+    /// What each training node's networks need in memory, where the dataset's shape is known
+    /// at load (checked against the process's memory budget once the DAG is built).
+    pub memory_needs: Vec<MemoryNeed>,
+}
+
+/// The memory one training node needs: the node, the settings section whose sizes decide it,
+/// what the estimate covers, and the bytes.
+#[derive(Clone, Debug)]
+pub struct MemoryNeed {
+    pub node: String,
+    pub section: String,
+    pub what: String,
+    pub bytes: u128,
 }
 
 impl<'a> Wiring<'a> {
@@ -69,7 +82,50 @@ impl<'a> Wiring<'a> {
             compute,
             numerics,
             id_axes,
+            memory_needs: Vec::new(),
         }
+    }
+
+    /// The shape of dataset `name` as known at load (`expect:`, or the head of its file).
+    pub fn shape(&self, name: &str) -> Option<upcc_stages::features::Shape> {
+        self.spec.shapes.get(name).copied().flatten()
+    }
+
+    /// The classes of dataset `name` as known at load (`n_classes`, `expect.classes`), else 1
+    /// (memory estimates are then lower bounds).
+    pub fn classes(&self, name: &str) -> usize {
+        let d = &self.spec.file.datasets[name];
+        d.n_classes
+            .or(d.expect.as_ref().and_then(|e| e.classes))
+            .unwrap_or(1)
+    }
+
+    /// Resources of a training node whose networks need `bytes` (when known at load), and a
+    /// record of the need for the memory check: the memory slot is the estimate with room for
+    /// the data, never below `floor_mb`.
+    pub fn trainer_sized(
+        &mut self,
+        node: &str,
+        section: &str,
+        what: String,
+        bytes: Option<u128>,
+        floor_mb: u64,
+        gpu_mb: u64,
+    ) -> Resources {
+        let mut memory_mb = floor_mb;
+        if let Some(b) = bytes {
+            let mb = u64::try_from(b / (1 << 20)).unwrap_or(u64::MAX);
+            memory_mb = memory_mb.max(mb.saturating_add(mb / 4).saturating_add(512));
+            if !self.memory_needs.iter().any(|m| m.node == node) {
+                self.memory_needs.push(MemoryNeed {
+                    node: node.to_string(),
+                    section: section.to_string(),
+                    what,
+                    bytes: b,
+                });
+            }
+        }
+        self.trainer(memory_mb, gpu_mb)
     }
 
     /// Add a node (or find the identical one added before: shared nodes such as features,
@@ -249,6 +305,21 @@ pub fn stage_err(e: StageError) -> upcc_engine::TaskError {
     }
 }
 
+/// [`stage_err`] for a training node whose networks the settings section `section` sizes: an
+/// allocation the process's memory limit refused says which settings to lower (exit 1).
+pub fn train_err(section: &'static str) -> impl Fn(StageError) -> upcc_engine::TaskError {
+    move |e| {
+        match &e {
+        StageError::Device(upcc_nn::DeviceError::OutOfMemory { .. }) => {
+            upcc_engine::TaskError::Failed(format!(
+                "{e}: this node's networks do not fit in the memory left to this process; lower `{section}.hidden` or `{section}.batch_size`, or give the run more memory"
+            ))
+        }
+        _ => stage_err(e),
+    }
+    }
+}
+
 /// Store a Parquet output.
 pub fn parquet(
     ctx: &mut TaskContext,
@@ -289,3 +360,32 @@ pub fn node_device(
 /// The run's device, for tasks (skipped when a task is serialised into its key: the numerics
 /// class names what matters of it).
 pub type ComputeRef = Arc<Compute>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_allocation_names_the_settings_to_lower() {
+        let oom = StageError::Device(upcc_nn::DeviceError::OutOfMemory {
+            device: "cpu".into(),
+            bytes: 1 << 40,
+        });
+        match train_err("pretrain")(oom) {
+            upcc_engine::TaskError::Failed(m) => {
+                assert!(m.contains("out of memory allocating"), "{m}");
+                assert!(
+                    m.contains("`pretrain.hidden` or `pretrain.batch_size`"),
+                    "{m}"
+                );
+            }
+            other => panic!("an environment failure (exit 1) expected, got {other:?}"),
+        }
+        // Other errors keep their kind.
+        let input = StageError::input("bad");
+        assert!(matches!(
+            train_err("train")(input),
+            upcc_engine::TaskError::Input(_)
+        ));
+    }
+}

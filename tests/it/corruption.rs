@@ -231,3 +231,142 @@ fn a_store_killed_while_writing_store_json_is_accepted() {
     assert_eq!(r.code, 2, "{r:?}");
     assert!(!other.join("STORE.json").exists());
 }
+
+#[test]
+fn a_damaged_store_json_is_written_again_from_the_folders() {
+    let env = Env::new();
+    env.run_ok(&[]);
+    let info = env.store().join("STORE.json");
+    let original = std::fs::read(&info).unwrap();
+    for damage in [&original[..10], b"", b"\x00\xff garbage"] {
+        std::fs::write(&info, damage).unwrap();
+        let v = env.upcc(&["verify"]);
+        assert_eq!(v.code, 0, "{v:?}");
+        assert!(v.stderr.contains("was written again"), "{v:?}");
+        assert_eq!(std::fs::read(&info).unwrap(), original);
+    }
+    // Missing: `run` (and every command) says so instead of recreating it silently.
+    std::fs::remove_file(&info).unwrap();
+    let spec = env.spec();
+    let r = env.upcc(&["run", &spec, "--json", "--progress", "none"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stderr.contains("is missing"), "{r:?}");
+    assert_eq!(r.json()["executed"], 0, "nothing recomputed: {r:?}");
+    assert_eq!(std::fs::read(&info).unwrap(), original);
+    let moved = files_under(&env.store().join("quarantine"))
+        .iter()
+        .filter(|p| p.to_string_lossy().contains("store-info"))
+        .count();
+    assert_eq!(moved, 3, "each damaged STORE.json kept in quarantine");
+    // A folder that has a garbage STORE.json but none of the store's folders: not rewritten,
+    // and the message says what to do.
+    let other = env.path("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("STORE.json"), b"{\"lay").unwrap();
+    let v = env.upcc_store(&other, &["verify"]);
+    assert_eq!(v.code, 1, "{v:?}");
+    assert!(v.stderr.contains("delete `STORE.json`"), "{v:?}");
+}
+
+#[test]
+fn paths_of_the_wrong_kind_are_moved_aside_not_wedging_the_store() {
+    let env = Env::new();
+    env.run_ok(&[]);
+    let spec = env.spec();
+    let store = env.store();
+    // A ref replaced by a directory, a lock by a directory, `locks/` and `quarantine/` by files.
+    let refs = files_under(&store.join("refs"));
+    std::fs::remove_file(&refs[0]).unwrap();
+    std::fs::create_dir(&refs[0]).unwrap();
+    std::fs::remove_dir_all(store.join("quarantine")).unwrap();
+    std::fs::write(store.join("quarantine"), b"not a folder").unwrap();
+    let v = env.upcc(&["verify"]);
+    assert_eq!(v.code, 1, "verify reports what it moved: {v:?}");
+    assert!(
+        v.stdout.contains("quarantine was of the wrong kind"),
+        "{v:?}"
+    );
+    assert!(
+        v.stdout.contains("is unreadable: quarantined"),
+        "the ref: {v:?}"
+    );
+    assert!(store.join("quarantine").is_dir());
+    assert_eq!(env.upcc(&["verify"]).code, 0, "then intact");
+    std::fs::remove_dir_all(store.join("locks")).unwrap();
+    std::fs::write(store.join("locks"), b"not a folder").unwrap();
+    let r = env.run_ok(&["--force", "stage=features"]);
+    assert_eq!(r["failed"], 0, "{r}");
+    assert!(store.join("locks").is_dir());
+    // A node's lock path taken by a directory: moved aside when the node runs.
+    let lock_dirs: Vec<_> = files_under(&store.join("locks"))
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "lock"))
+        .collect();
+    assert!(!lock_dirs.is_empty());
+    std::fs::remove_file(&lock_dirs[0]).unwrap();
+    std::fs::create_dir(&lock_dirs[0]).unwrap();
+    let r = env.upcc(&["run", &spec, "--force", "--progress", "none"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr
+            .contains("was a directory where the store keeps a file"),
+        "{r:?}"
+    );
+    assert_eq!(env.upcc(&["verify"]).code, 0);
+}
+
+#[test]
+fn a_manifest_edited_to_list_another_object_is_not_served() {
+    let env = Env::new();
+    let first = env.run_ok(&[]);
+    let spec = env.spec();
+    // Point one cell's metrics at another cell's metrics object (valid JSON, a real digest).
+    let a = manifest(&env, &spec, "metrics/blobs/lv0.1/probpair/pre/t1", &[]);
+    let b = manifest(&env, &spec, "metrics/blobs/lv0.1/probpair/nopre/t1", &[]);
+    let (da, db) = (
+        a["outputs"]["metrics"]["digest"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+        b["outputs"]["metrics"]["digest"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+    );
+    assert_ne!(da, db);
+    let key = a["key"].as_str().unwrap().to_string();
+    let path = env
+        .store()
+        .join("nodes")
+        .join(&key[..2])
+        .join(format!("{}.json", &key[2..]));
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("\"seal\""), "manifests are sealed");
+    let size_a = a["outputs"]["metrics"]["bytes"].to_string();
+    let size_b = b["outputs"]["metrics"]["bytes"].to_string();
+    let edited = text.replace(&da, &db).replace(
+        &format!("\"bytes\": {size_a}"),
+        &format!("\"bytes\": {size_b}"),
+    );
+    std::fs::write(&path, edited).unwrap();
+    let v = env.upcc(&["verify"]);
+    assert_eq!(v.code, 1, "{v:?}");
+    assert!(v.stdout.contains(&key), "{v:?}");
+    // The next run recomputes that cell's metrics and prints the right table.
+    let r = env.run_ok(&[]);
+    assert_eq!(
+        ids_with(&r, "executed"),
+        ["metrics/blobs/lv0.1/probpair/pre/t1"]
+    );
+    assert_eq!(r["tables"], first["tables"]);
+    // And `run` itself never serves an edited manifest, verify or not.
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace(&da, &db)).unwrap();
+    let r = env.upcc(&["run", &spec, "--json", "--progress", "none"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr.contains("not the ones it was sealed with"),
+        "{r:?}"
+    );
+    assert_eq!(r.json()["tables"], first["tables"]);
+}

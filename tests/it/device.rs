@@ -3,6 +3,20 @@
 
 use crate::util::Env;
 
+/// This machine's CPU numerics class, as `upcc device` reports it: `cpu-f32-` and the
+/// instruction set gemm's kernels use here.
+pub fn cpu_class(env: &Env) -> String {
+    let r = env.upcc(&["--device", "cpu", "device", "--json"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let class = r.json()["numerics"].as_str().unwrap().to_string();
+    let isa = class.strip_prefix("cpu-f32-").unwrap_or("");
+    assert!(
+        ["avx512", "fma", "neon", "scalar"].contains(&isa),
+        "the CPU class names its instruction set: {class}"
+    );
+    class
+}
+
 /// Whether this machine has an NVIDIA driver (CI machines do not).
 fn driver_present() -> bool {
     std::path::Path::new("/proc/driver/nvidia/version").exists()
@@ -37,7 +51,7 @@ fn auto_falls_back_to_the_cpu_with_one_info_line_when_there_is_no_gpu() {
     } else {
         assert_eq!(lines, 1, "exactly one info line: {r:?}");
         assert!(r.stderr.contains("computing on the CPU"), "{r:?}");
-        assert_eq!(numerics, "cpu-f32");
+        assert_eq!(numerics, cpu_class(&env));
         assert_eq!(device, "cpu");
     }
     assert_eq!(
@@ -104,19 +118,28 @@ fn the_cpu_device_names_training_numerics_and_leaves_data_stages_exact() {
         "an explicit cpu says nothing: {r:?}"
     );
     assert_eq!(r.json()["device"], "cpu", "the run's JSON names its device");
-    assert_eq!(r.json()["numerics"], "cpu-f32");
+    let class = cpu_class(&env);
+    assert_eq!(r.json()["numerics"], class.as_str());
     let explain = |id: &str| {
         let e = env.upcc(&["--device", "cpu", "explain", &spec, id, "--json"]);
         assert_eq!(e.code, 0, "{e:?}");
         e.json()
     };
     let train = explain("train/blobs/lv0.1/probpair/nopre/t1");
-    assert_eq!(train["numerics"], "cpu-f32");
+    assert_eq!(train["numerics"], class.as_str());
+    // Its parts, in words: the instruction set and the fixed depth blocking.
+    let parts = train["numerics_parts"].as_array().unwrap();
+    assert!(
+        parts
+            .iter()
+            .any(|p| p.as_str().unwrap().contains("split every 512 terms")),
+        "{parts:?}"
+    );
     let libs = &train["manifest"]["provenance"]["libraries"];
     assert_eq!(libs["device"], "cpu", "{libs}");
-    assert_eq!(libs["numerics"], "cpu-f32", "{libs}");
+    assert_eq!(libs["numerics"], class.as_str(), "{libs}");
     assert_eq!(explain("features/blobs")["numerics"], "exact");
-    assert_eq!(explain("expert/blobs/lv0.1/s0")["numerics"], "cpu-f32");
+    assert_eq!(explain("expert/blobs/lv0.1/s0")["numerics"], class.as_str());
 }
 
 #[test]
@@ -125,11 +148,16 @@ fn the_device_command_shows_the_device_a_run_would_use() {
     let r = env.upcc(&["--device", "cpu", "device", "--json"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(r.json()["device"], "cpu");
-    assert_eq!(r.json()["numerics"], "cpu-f32");
+    let class = cpu_class(&env);
+    assert_eq!(r.json()["numerics"], class.as_str());
     let r = env.upcc(&["device"]);
     assert_eq!(r.code, 0, "{r:?}");
     if !driver_present() {
-        assert!(r.stdout.contains("numerics  cpu-f32"), "{r:?}");
+        assert!(r.stdout.contains(&format!("numerics  {class}")), "{r:?}");
+        assert!(
+            r.stdout.contains("the instruction set gemm's kernels use"),
+            "{r:?}"
+        );
         assert!(r.stderr.contains("no GPU here"), "{r:?}");
     }
 }
@@ -175,5 +203,83 @@ fn a_slurm_job_plans_with_its_drivers_numerics_and_opens_a_device_only_to_train(
             .contains(&format!("was planned for numerics class {H100}")),
         "{r:?}"
     );
-    assert!(r.stderr.contains("computes cpu-f32"), "{r:?}");
+    assert!(
+        r.stderr.contains(&format!("computes {}", cpu_class(&env))),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn numerics_classes_of_other_cpus_give_other_keys_and_run_only_where_computed() {
+    let env = Env::new();
+    let spec = env.spec();
+    let r = env.upcc(&[
+        "--device",
+        "cpu",
+        "run",
+        &spec,
+        "stage=features",
+        "--progress",
+        "none",
+    ]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let keys = |class: &str| {
+        let r = env.upcc(&["--numerics", class, "status", &spec, "--json"]);
+        assert_eq!(r.code, 0, "{r:?}");
+        assert_eq!(r.json()["numerics"], class);
+        let nodes = r.json()["nodes"].as_array().unwrap().clone();
+        let key = |id: &str| {
+            nodes
+                .iter()
+                .find(|n| n["id"] == id)
+                .unwrap_or_else(|| panic!("no node {id}"))["key"]
+                .clone()
+        };
+        (key("features/blobs"), key("expert/blobs/lv0.1/s0"))
+    };
+    // Two CPU models whose gemm kernels differ (AVX-512 and AVX2/FMA) can give different
+    // bits, so their training results are filed under different keys; data stages are exact.
+    let (f512, e512) = keys("cpu-f32-avx512");
+    let (ffma, efma) = keys("cpu-f32-fma");
+    assert_eq!(f512, ffma);
+    assert!(e512.is_string() && efma.is_string());
+    assert_ne!(e512, efma);
+    // `run` computes a class only on a machine that computes it.
+    let here = cpu_class(&env);
+    let other = if here == "cpu-f32-fma" {
+        "cpu-f32-avx512"
+    } else {
+        "cpu-f32-fma"
+    };
+    let r = env.upcc(&[
+        "--device",
+        "cpu",
+        "--numerics",
+        other,
+        "run",
+        &spec,
+        "--progress",
+        "none",
+    ]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.stderr.contains(&format!("which computes {here}")),
+        "{r:?}"
+    );
+    let r = env.upcc(&[
+        "--device",
+        "cpu",
+        "--numerics",
+        &here,
+        "run",
+        &spec,
+        "stage=expert",
+        "--progress",
+        "none",
+    ]);
+    assert_eq!(r.code, 0, "{r:?}");
+    // Not a class at all.
+    let r = env.upcc(&["--numerics", "fast", "status", &spec]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("is not a numerics class"), "{r:?}");
 }

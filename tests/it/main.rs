@@ -14,6 +14,7 @@ mod fetch;
 mod gc;
 mod golden;
 mod gpu_scripts;
+mod hardening;
 mod interop;
 mod methods;
 mod numerics;

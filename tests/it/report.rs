@@ -57,7 +57,7 @@ fn report_writes_every_target_and_an_html_page_from_the_store() {
         "href=\"main/table.tex\"",
         // Provenance: the cell's training node, its device and status.
         "<code>train/blobs/multi2/eci-pp/nopre/t1</code>",
-        "cpu (cpu-f32)",
+        "cpu (cpu-f32-",
         "class=\"fresh\"",
     ] {
         assert!(html.contains(needle), "index.html lacks `{needle}`");

@@ -12,7 +12,7 @@ use crate::on_device;
 use crate::spec::Resolver;
 use crate::stage;
 use crate::wiring::{
-    input, node_device, parquet, stage_err, Cell, ComputeRef, Mon, NodeSpec, Numerics, Wiring,
+    input, node_device, parquet, train_err, Cell, ComputeRef, Mon, NodeSpec, Numerics, Wiring,
 };
 
 #[derive(Serialize)]
@@ -35,7 +35,7 @@ impl Task for CidecTask {
             weights.as_deref(),
             &mut Mon(ctx)
         ))
-        .map_err(stage_err)?;
+        .map_err(train_err("cidec"))?;
         ctx.summary("epochs", r.curve.len());
         parquet(ctx, "assignments", r.assignments.to_parquet())?;
         parquet(ctx, "curve", upcc_stages::dcc::curve_to_parquet(&r.curve))
@@ -76,10 +76,20 @@ impl Method for Cidec {
             pretrained: cell.pretrain,
             seed: cell.seed,
         };
-        let resources = w.trainer(2048, 1024);
+        let id = format!("cidec/{}", cell.id(w));
+        let need = w.shape(cell.dataset).map(|sh| {
+            cidec::memory_bytes(
+                &params.settings,
+                params.embedding_dim,
+                sh.dim,
+                w.classes(cell.dataset),
+                sh.rows.unwrap_or(0),
+            )
+        });
+        let resources = w.trainer_sized(&id, "cidec", "the autoencoder".into(), need, 2048, 1024);
         let compute = w.compute.clone();
         let node = w.add(NodeSpec {
-            id: format!("cidec/{}", cell.id(w)),
+            id,
             stage: "cidec",
             version: cidec::VERSION,
             numerics: Numerics::Device,

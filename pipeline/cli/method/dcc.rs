@@ -13,7 +13,7 @@ use crate::on_device;
 use crate::spec::{Resolver, SupervisionSpec};
 use crate::stage;
 use crate::wiring::{
-    input, node_device, parquet, stage_err, Cell, ComputeRef, Mon, NodeSpec, Numerics, Wiring,
+    input, node_device, parquet, train_err, Cell, ComputeRef, Mon, NodeSpec, Numerics, Wiring,
 };
 
 /// One DCC training node; with `lambda_from_input` VolMaxDCC reads λ from its `selection`
@@ -39,8 +39,12 @@ impl Task for DccTask {
             }
         }
         let dev = node_device(&self.compute, ctx)?;
-        let r =
-            on_device!(&dev, |d| dcc::run(d, &params, &f, &c, &mut Mon(ctx))).map_err(stage_err)?;
+        let r = on_device!(&dev, |d| dcc::run(d, &params, &f, &c, &mut Mon(ctx))).map_err(
+            train_err(match params.optimizer {
+                DccOptimizer::VolMax { .. } => "volmax",
+                DccOptimizer::Adam { .. } => "dcc",
+            }),
+        )?;
         ctx.summary("epochs", r.curve.len());
         if let Some(last) = r.curve.last() {
             ctx.summary("final_loss", last.loss);
@@ -66,10 +70,25 @@ fn wire_node(
     if let Some(s) = selection {
         inputs.push(input("selection", s, "chosen"));
     }
-    let resources = w.trainer(2048, 1024);
+    let id = format!("dcc/{}", cell.id(w));
+    let section = match params.optimizer {
+        dcc::DccOptimizer::VolMax { .. } => "volmax",
+        dcc::DccOptimizer::Adam { .. } => "dcc",
+    };
+    let need = w
+        .shape(cell.dataset)
+        .map(|s| dcc::memory_bytes(&params, s.dim, w.classes(cell.dataset), s.rows.unwrap_or(0)));
+    let resources = w.trainer_sized(
+        &id,
+        section,
+        "the classifier network".into(),
+        need,
+        2048,
+        1024,
+    );
     let compute = w.compute.clone();
     w.add(NodeSpec {
-        id: format!("dcc/{}", cell.id(w)),
+        id,
         stage: "dcc",
         version: dcc::VERSION,
         numerics: Numerics::Device,

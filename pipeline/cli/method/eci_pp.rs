@@ -10,12 +10,12 @@ use upcc_stages::eci::{self, EciSettings};
 use upcc_stages::train::{self, TrainParams, TrainSettings, Weighting};
 
 use super::{settings, training_inputs, CellNodes, Method, Settings};
-use crate::error::Result;
+use crate::error::{CliError, Result};
 use crate::on_device;
-use crate::spec::Resolver;
+use crate::spec::{Resolver, SupervisionSpec};
 use crate::stage;
 use crate::wiring::{
-    input, node_device, parquet, stage_err, Cell, ComputeRef, Mon, NodeSpec, Numerics, Wiring,
+    input, node_device, parquet, train_err, Cell, ComputeRef, Mon, NodeSpec, Numerics, Wiring,
 };
 
 pub struct EciPp;
@@ -47,7 +47,7 @@ impl Task for EciTask {
             },
             &mut Mon(ctx),
         ))
-        .map_err(stage_err)?;
+        .map_err(train_err("train"))?;
         ctx.summary("seconds_per_epoch", r.seconds_per_iteration);
         let epochs = self.params.settings.epochs.max(1) as f64;
         ctx.summary("seconds_per_epoch_estimators", r.timing.estimators / epochs);
@@ -131,10 +131,37 @@ impl Method for EciPp {
             cell.pretrain,
             cell.seed,
         );
-        let resources = w.trainer(4096, 3072);
+        if let SupervisionSpec::Single { .. } | SupervisionSpec::Multi { .. } = cell.sspec {
+            if cell.budget < r.eci.folds {
+                return Err(CliError::user(format!(
+                    "`eci.folds` ({}) exceeds the {} constraints of supervision `{}` (budget {}): every fold needs at least one",
+                    r.eci.folds, cell.budget, cell.supervision, cell.budget
+                ))
+                .hint(format!("lower `eci.folds` to at most {} or raise the budget", cell.budget)));
+            }
+        }
+        let id = format!("train/{}", cell.id(w));
+        let copies = r.eci.folds.saturating_add(1);
+        let need = w.shape(cell.dataset).map(|s| {
+            train::memory_bytes(
+                &params.settings,
+                params.embedding_dim,
+                s.dim,
+                s.rows.unwrap_or(0),
+                copies,
+            )
+        });
+        let resources = w.trainer_sized(
+            &id,
+            "train",
+            format!("{copies} autoencoders (eci.folds + 1)"),
+            need,
+            4096,
+            3072,
+        );
         let compute = w.compute.clone();
         let tr = w.add(NodeSpec {
-            id: format!("train/{}", cell.id(w)),
+            id,
             stage: "eci-pp",
             version: eci::VERSION,
             numerics: Numerics::Device,

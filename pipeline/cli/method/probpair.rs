@@ -15,7 +15,7 @@ use crate::on_device;
 use crate::spec::Resolver;
 use crate::stage;
 use crate::wiring::{
-    input, node_device, parquet, stage_err, Cell, ComputeRef, Mon, NodeSpec, Numerics, Wiring,
+    input, node_device, parquet, train_err, Cell, ComputeRef, Mon, NodeSpec, Numerics, Wiring,
 };
 
 /// ProbPair (uniform pair weights) or Weighted ProbPair (κ).
@@ -63,7 +63,10 @@ impl Task for TrainTask {
             weights.as_deref(),
             &mut Mon(ctx)
         ))
-        .map_err(stage_err)?;
+        .map_err(train_err(match params.loss {
+            PairLoss::SoftSpherePair => "spherepair",
+            PairLoss::ProbPair => "train",
+        }))?;
         if let Some(last) = r.curve.last() {
             ctx.summary("final_loss", last.loss);
             ctx.summary("m", last.m);
@@ -147,6 +150,11 @@ pub fn wire_train_with(
         loss,
         stop,
     } = trainer;
+    // The settings section whose sizes decide the networks (for messages).
+    let section = match loss {
+        PairLoss::SoftSpherePair => "spherepair",
+        PairLoss::ProbPair => "train",
+    };
     let cons = stage::constraints::wire(w, feat, cell)?;
     let mut inputs = vec![
         input("features", feat, "features"),
@@ -173,7 +181,16 @@ pub fn wire_train_with(
             inputs.push(input("selection", s, "chosen"));
         }
     }
-    let resources = w.trainer(2048, 1024);
+    let need = w.shape(cell.dataset).map(|s| {
+        train::memory_bytes(
+            &params.settings,
+            params.embedding_dim,
+            s.dim,
+            s.rows.unwrap_or(0),
+            1,
+        )
+    });
+    let resources = w.trainer_sized(&id, section, "the autoencoder".into(), need, 2048, 1024);
     let compute = w.compute.clone();
     w.add(NodeSpec {
         id,

@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::on_device;
 use crate::spec::SupervisionSpec;
 use crate::wiring::{
-    input, node_device, parquet, stage_err, ComputeRef, Mon, NodeSpec, Numerics, Wiring,
+    input, node_device, parquet, train_err, ComputeRef, Mon, NodeSpec, Numerics, Wiring,
 };
 
 #[derive(Serialize)]
@@ -27,7 +27,7 @@ impl Task for ExpertTask {
         let dev = node_device(&self.compute, ctx)?;
         let (probs, summaries) =
             on_device!(&dev, |d| expert::run(d, &self.params, &f, &mut Mon(ctx)))
-                .map_err(stage_err)?;
+                .map_err(train_err("expert"))?;
         let accs: Vec<f64> = summaries.iter().map(|s| s.test_accuracy).collect();
         ctx.summary("test_accuracy", accs.clone());
         ctx.summary(
@@ -77,10 +77,31 @@ pub fn wire(
     if sharing.per_trial {
         labels.insert("trial".to_string(), trial.to_string());
     }
-    let resources = w.trainer(1024, 512);
+    let id = format!("expert/{ds}/{sup}/{}", sharing.id_for(trial));
+    let n_experts = match &params.setting {
+        expert::ExpertSetting::Single { .. } => 1,
+        expert::ExpertSetting::Multi { experts, .. } => *experts,
+    };
+    let need = w.shape(ds).map(|s| {
+        expert::memory_bytes(
+            &params.classifier,
+            s.dim,
+            w.classes(ds),
+            s.rows.unwrap_or(0),
+            n_experts,
+        )
+    });
+    let resources = w.trainer_sized(
+        &id,
+        "expert",
+        "an expert classifier".into(),
+        need,
+        1024,
+        512,
+    );
     let compute = w.compute.clone();
     w.add(NodeSpec {
-        id: format!("expert/{ds}/{sup}/{}", sharing.id_for(trial)),
+        id,
         stage: "expert",
         version: expert::VERSION,
         numerics: Numerics::Device,

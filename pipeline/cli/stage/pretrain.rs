@@ -10,7 +10,7 @@ use upcc_stages::table::PARQUET_MEDIA_TYPE;
 use crate::error::Result;
 use crate::on_device;
 use crate::wiring::{
-    input, node_device, stage_err, Cell, ComputeRef, Mon, NodeSpec, Numerics, Wiring,
+    input, node_device, train_err, Cell, ComputeRef, Mon, NodeSpec, Numerics, Wiring,
 };
 
 #[derive(Serialize)]
@@ -26,7 +26,7 @@ impl Task for PretrainTask {
         let f = super::features::load(ctx)?;
         let dev = node_device(&self.compute, ctx)?;
         let r = on_device!(&dev, |d| pretrain::run(d, &self.params, &f, &mut Mon(ctx)))
-            .map_err(stage_err)?;
+            .map_err(train_err("pretrain"))?;
         ctx.summary("train_mse_init", r.train_mse_before);
         ctx.summary("train_mse", r.train_mse_after);
         ctx.summary("test_mse", r.test_mse_after);
@@ -61,7 +61,15 @@ pub fn wire(w: &mut Wiring, feat: usize, cell: &Cell, normalize_code: bool) -> R
         seed,
     };
     let id = format!("pretrain/{ds}{plain}/{}", ps.sharing.id_for(cell.seed));
-    let resources = w.trainer(2048, 1024);
+    let need = w.shape(cell.dataset).map(|s| {
+        pretrain::memory_bytes(
+            &params.settings,
+            params.embedding_dim,
+            s.dim,
+            s.rows.unwrap_or(0),
+        )
+    });
+    let resources = w.trainer_sized(&id, "pretrain", "the SDAE".into(), need, 2048, 1024);
     let compute = w.compute.clone();
     w.add(NodeSpec {
         id,

@@ -43,7 +43,21 @@ impl Source {
     /// Read the bytes.
     pub fn load(&self) -> Result<Vec<u8>, std::io::Error> {
         match &self.location {
-            SourceLocation::File(p) => std::fs::read(p),
+            SourceLocation::File(p) => {
+                // A device or pipe (`/dev/zero`) would be read until memory runs out.
+                let meta = std::fs::metadata(p)?;
+                if !meta.is_file() {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        if meta.is_dir() {
+                            "is a directory, not a data file"
+                        } else {
+                            "is not a regular file (a device, pipe or socket); give a data file"
+                        },
+                    ));
+                }
+                std::fs::read(p)
+            }
             SourceLocation::Embedded { bytes, .. } => Ok(bytes.to_vec()),
         }
     }

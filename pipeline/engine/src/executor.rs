@@ -221,6 +221,9 @@ pub fn run(
     // the error that lost them.
     let mut gpu_lost: Vec<Option<String>> = vec![None; cfg.gpus.len()];
     let mut running = 0usize;
+    // Keys this process started: a second node of the same key (two methods of one kind)
+    // waits for it quietly and then reads as cached, not as another process's work.
+    let mut own_keys: std::collections::HashSet<Digest<NodeKeyTag>> = Default::default();
     let mut stopped = false;
     let (tx, rx): (Sender<Event>, Receiver<Event>) = channel();
     let (ptx, prx) = channel::<ProgressEvent>();
@@ -314,10 +317,15 @@ pub fn run(
                     if let Some(m) = store.fresh_manifest(&key)? {
                         resolved[i] = Some(m.outputs);
                         update_ref(store, &cfg.spec, &dag.node(i).id, &material, key)?;
-                        reports[i] = Some(report(i, Some(key), Outcome::ComputedElsewhere));
+                        let outcome = if own_keys.contains(&key) {
+                            Outcome::Cached
+                        } else {
+                            Outcome::ComputedElsewhere
+                        };
+                        reports[i] = Some(report(i, Some(key), outcome));
                         state[i] = State::Finished;
                         progressed = true;
-                        finished(observer, i, Outcome::ComputedElsewhere, None, None);
+                        finished(observer, i, outcome, None, None);
                         continue;
                     }
                 }
@@ -378,7 +386,7 @@ pub fn run(
                 let lease = match try_acquire(&lock_path, &holder)? {
                     LeaseAttempt::Acquired(l) => l,
                     LeaseAttempt::Busy(who) => {
-                        if !waiting {
+                        if !waiting && !own_keys.contains(&key) {
                             observer.event(RunEvent::Waiting {
                                 id: &dag.node(i).id,
                                 holder: who.as_ref(),
@@ -394,10 +402,15 @@ pub fn run(
                         drop(lease);
                         resolved[i] = Some(m.outputs);
                         update_ref(store, &cfg.spec, &dag.node(i).id, &material, key)?;
-                        reports[i] = Some(report(i, Some(key), Outcome::ComputedElsewhere));
+                        let outcome = if own_keys.contains(&key) {
+                            Outcome::Cached
+                        } else {
+                            Outcome::ComputedElsewhere
+                        };
+                        reports[i] = Some(report(i, Some(key), outcome));
                         state[i] = State::Finished;
                         progressed = true;
-                        finished(observer, i, Outcome::ComputedElsewhere, None, None);
+                        finished(observer, i, outcome, None, None);
                         continue;
                     }
                 }
@@ -409,6 +422,7 @@ pub fn run(
                     gpu_of[i] = Some(g);
                 }
                 running += 1;
+                own_keys.insert(key);
                 state[i] = State::Running;
                 reports[i] = Some(report(i, Some(key), Outcome::Executed));
                 observer.event(RunEvent::Started {
@@ -766,6 +780,7 @@ impl Job {
                 os: p.os.clone(),
                 libraries: p.libraries.clone(),
             },
+            seal: None,
         };
         self.store.write_manifest(&manifest)?;
         self.store.write_log(&self.key, log)?;

@@ -29,7 +29,7 @@ pub struct KeyMaterial {
     pub params: Value,
     /// Input name → digest of the bytes consumed (an upstream output or a source file).
     pub inputs: BTreeMap<String, Digest<Artifact>>,
-    /// For example `cpu-f32`; anything that changes output bits for the same inputs.
+    /// For example `cpu-f32-avx512`; anything that changes output bits for the same inputs.
     pub numerics: String,
 }
 

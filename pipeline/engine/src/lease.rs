@@ -163,8 +163,20 @@ pub fn try_acquire_with(
 ) -> Result<LeaseAttempt, LeaseError> {
     match lock_file(path, holder, timing)? {
         LeaseAttempt::Busy(Some(who)) if who.expired(&timing) => take_over(path, holder, timing),
+        LeaseAttempt::Busy(None) if silent(path, &timing) => take_over(path, holder, timing),
         other => Ok(other),
     }
+}
+
+/// Whether a held lease whose record is unreadable (damaged, or cut short by a crash) has
+/// been silent past the expiry: a beating holder rewrites the record, and so the file's
+/// modification time, every beat, so a file untouched that long has no live beat behind it.
+fn silent(path: &Path, timing: &LeaseTiming) -> bool {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| SystemTime::now().duration_since(t).ok())
+        .is_some_and(|age| age > timing.expiry)
 }
 
 fn open_lock(path: &Path) -> Result<File, LeaseError> {
@@ -256,21 +268,29 @@ fn take_over(
     }
     // Again, under the guard: another process may have taken it over, or the holder beat.
     let who = match lock_file(path, holder, timing)? {
-        LeaseAttempt::Busy(Some(who)) if who.expired(&timing) => who,
+        LeaseAttempt::Busy(Some(who)) if who.expired(&timing) => Some(who),
+        LeaseAttempt::Busy(None) if silent(path, &timing) => None,
         other => return Ok(other),
     };
     let aside = path.with_extension(format!("lock.stale-{}-{}", unix_now(), std::process::id()));
     if std::fs::rename(path, &aside).is_err() {
-        return Ok(LeaseAttempt::Busy(Some(who)));
+        return Ok(LeaseAttempt::Busy(who));
     }
-    tracing::warn!(
-        lock = %path.display(),
-        "took over the lease of pid {} on {} (run {}): its lock is still held but it has not beaten for {} s",
-        who.pid,
-        who.host,
-        who.run_id,
-        who.heartbeat_age().map(|a| a.as_secs()).unwrap_or(0)
-    );
+    match &who {
+        Some(who) => tracing::warn!(
+            lock = %path.display(),
+            "took over the lease of pid {} on {} (run {}): its lock is still held but it has not beaten for {} s",
+            who.pid,
+            who.host,
+            who.run_id,
+            who.heartbeat_age().map(|a| a.as_secs()).unwrap_or(0)
+        ),
+        None => tracing::warn!(
+            lock = %path.display(),
+            "took over a lease whose lock is still held but whose record is unreadable and untouched for over {} s",
+            timing.expiry.as_secs()
+        ),
+    }
     let attempt = lock_file(path, holder, timing);
     drop(guard);
     attempt
@@ -377,6 +397,35 @@ mod tests {
             try_acquire_with(&p, &holder("c"), timing(1000, 10_000)).unwrap(),
             LeaseAttempt::Busy(Some(h)) if h.run_id == "b"
         ));
+        drop(new);
+        drop(stuck);
+    }
+
+    #[test]
+    fn a_held_lock_with_an_unreadable_record_expires_by_its_files_age() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("k.lock");
+        // A holder (its own open file description, as another process's) whose record is
+        // garbage and whose beats stopped.
+        let stuck =
+            match try_acquire_with(&p, &holder("dead"), timing(3_600_000, 3_600_000)).unwrap() {
+                LeaseAttempt::Acquired(l) => l,
+                LeaseAttempt::Busy(_) => panic!("first attempt must succeed"),
+            };
+        std::fs::write(&p, b"\x00garbage{").unwrap();
+        assert_eq!(read_holder(&p), None);
+        // Fresh garbage: busy, whatever the expiry says of records.
+        assert!(matches!(
+            try_acquire_with(&p, &holder("b"), timing(100, 1_000)).unwrap(),
+            LeaseAttempt::Busy(None)
+        ));
+        // Untouched past the expiry: taken over.
+        std::thread::sleep(Duration::from_millis(1_300));
+        let new = match try_acquire_with(&p, &holder("b"), timing(100, 1_000)).unwrap() {
+            LeaseAttempt::Acquired(l) => l,
+            other => panic!("expected a takeover, got {other:?}"),
+        };
+        assert_eq!(read_holder(&p).unwrap().run_id, "b");
         drop(new);
         drop(stuck);
     }

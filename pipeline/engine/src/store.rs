@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -111,6 +111,38 @@ pub struct Manifest {
     /// Small stage-reported facts (sizes, accuracies, epochs run).
     pub summary: Value,
     pub provenance: Provenance,
+    /// blake3 of the key and the outputs (see [`Manifest::seal_of`]), written by
+    /// [`Store::write_manifest`]: a manifest edited to list other objects (another cell's
+    /// result) no longer matches it and is never served. An integrity check against edits and
+    /// mix-ups, not a signature. Absent in manifests written before it existed (accepted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seal: Option<String>,
+}
+
+impl Manifest {
+    /// The seal binding `outputs` to `key`: blake3 over a domain tag, the key and every
+    /// output's name, digest and size (in name order), hex.
+    pub fn seal_of(key: &Digest<NodeKeyTag>, outputs: &BTreeMap<String, OutputRecord>) -> String {
+        let mut h = blake3::Hasher::new();
+        h.update(b"upcc manifest seal v1\0");
+        h.update(key.to_hex().as_bytes());
+        for (name, o) in outputs {
+            h.update(b"\0");
+            h.update(name.as_bytes());
+            h.update(b"\0");
+            h.update(o.digest.to_hex().as_bytes());
+            h.update(b"\0");
+            h.update(o.bytes.to_string().as_bytes());
+        }
+        h.finalize().to_hex().to_string()
+    }
+
+    /// Whether the outputs are the ones this manifest was sealed with (true without a seal).
+    pub fn seal_holds(&self) -> bool {
+        self.seal
+            .as_ref()
+            .is_none_or(|s| *s == Self::seal_of(&self.key, &self.outputs))
+    }
 }
 
 /// The latest key computed for a logical node id within one spec.
@@ -139,11 +171,15 @@ pub struct VerifyReport {
     /// Unreadable ref files moved to quarantine (their nodes just lose "why is it stale").
     pub refs_quarantined: Vec<String>,
     pub stale_temp_files_removed: usize,
+    /// Files or folders of the wrong kind where the store keeps its own (a plain file for
+    /// `locks/`, a directory for a ref), moved to quarantine.
+    pub misplaced_moved: Vec<String>,
 }
 
 impl VerifyReport {
     pub fn is_clean(&self) -> bool {
-        self.corrupt_objects.is_empty()
+        self.misplaced_moved.is_empty()
+            && self.corrupt_objects.is_empty()
             && self.manifests_quarantined.is_empty()
             && self.refs_quarantined.is_empty()
     }
@@ -185,7 +221,9 @@ impl Store {
     /// `shared` (only used on creation) makes every file group-writable for a team cache.
     pub fn open_or_create(root: &Path, shared: bool) -> Result<Self, StoreError> {
         let info_path = root.join("STORE.json");
-        if !info_path.exists() {
+        if std::fs::symlink_metadata(&info_path).is_err()
+            && (!Self::has_store_folders(root) || Self::interrupted_creation(root))
+        {
             fs_err::create_dir_all(root).map_err(|e| StoreError::Io {
                 path: root.into(),
                 source: e,
@@ -223,7 +261,10 @@ impl Store {
     /// files) is completed.
     pub fn open_existing(root: &Path) -> Result<Self, StoreError> {
         let info_path = root.join("STORE.json");
-        if !info_path.exists() {
+        if std::fs::symlink_metadata(&info_path).is_err() {
+            if Self::has_store_folders(root) && !Self::interrupted_creation(root) {
+                return Self::rewrite_info(root, "is missing");
+            }
             if Self::interrupted_creation(root) {
                 use std::os::unix::fs::PermissionsExt;
                 let shared = std::fs::metadata(root.join("tmp"))
@@ -237,15 +278,26 @@ impl Store {
             }
             return Err(StoreError::NotAStore(root.to_path_buf()));
         }
-        let text = fs_err::read_to_string(&info_path).map_err(|e| StoreError::Io {
-            path: info_path.clone(),
-            source: e,
-        })?;
-        let info: StoreInfo =
-            serde_json::from_str(&text).map_err(|source| StoreError::BadJson {
-                path: info_path.clone(),
-                source,
-            })?;
+        let info: StoreInfo = match read_json::<StoreInfo>(&info_path)? {
+            JsonRead::Ok(info) => info,
+            // Truncated, empty or garbage: its two fields are known from the folders.
+            JsonRead::Corrupt(why) if Self::has_store_folders(root) => {
+                return Self::rewrite_info(root, &format!("was unreadable ({why})"));
+            }
+            JsonRead::Missing | JsonRead::Corrupt(_) => {
+                let text = fs_err::read_to_string(&info_path).map_err(|e| StoreError::Io {
+                    path: info_path.clone(),
+                    source: e,
+                })?;
+                let source = serde_json::from_str::<StoreInfo>(&text)
+                    .err()
+                    .unwrap_or_else(|| serde::de::Error::custom("unreadable"));
+                return Err(StoreError::BadJson {
+                    path: info_path.clone(),
+                    source,
+                });
+            }
+        };
         if info.layout != STORE_LAYOUT_VERSION {
             return Err(StoreError::LayoutVersion {
                 path: root.to_path_buf(),
@@ -257,6 +309,46 @@ impl Store {
             root: root.to_path_buf(),
             shared: info.shared,
         })
+    }
+
+    /// Whether `root` has the folders of a layout-1 store (`objects`, `nodes`, `refs`): what
+    /// `STORE.json` would describe, so a lost or damaged one can be written again.
+    fn has_store_folders(root: &Path) -> bool {
+        ["objects", "nodes", "refs"]
+            .iter()
+            .all(|d| std::fs::symlink_metadata(root.join(d)).is_ok_and(|m| m.is_dir()))
+    }
+
+    /// Write `STORE.json` again for a store whose folders are intact (layout 1; shared when
+    /// its `tmp/` folder is group-setgid, as a shared store's are), moving a damaged one to
+    /// quarantine, with a warning that says so.
+    fn rewrite_info(root: &Path, what: &str) -> Result<Self, StoreError> {
+        use std::os::unix::fs::PermissionsExt;
+        let info_path = root.join("STORE.json");
+        let shared = std::fs::metadata(root.join("tmp"))
+            .map(|m| m.permissions().mode() & 0o2000 != 0)
+            .unwrap_or(false);
+        let store = Store {
+            root: root.to_path_buf(),
+            shared,
+        };
+        store.ensure_dirs()?;
+        if std::fs::symlink_metadata(&info_path).is_ok() {
+            store.quarantine_file(&info_path, "store-info")?;
+        }
+        let info = StoreInfo {
+            layout: STORE_LAYOUT_VERSION,
+            shared,
+        };
+        let bytes = serde_json::to_vec_pretty(&info).expect("store info serialises");
+        atomic_write(&root.join("tmp"), &info_path, &bytes, store.file_mode())
+            .map_err(io_err(&info_path))?;
+        warn(&format!(
+            "`{}` {what}; its folders are a layout-{STORE_LAYOUT_VERSION} store's, so it was written again ({})",
+            info_path.display(),
+            if shared { "shared" } else { "not shared" }
+        ));
+        Ok(store)
     }
 
     /// Whether `root` holds nothing but (some of) a store's own folders, with nothing in them
@@ -293,16 +385,41 @@ impl Store {
     }
 
     fn ensure_dirs(&self) -> Result<(), StoreError> {
+        self.repair_layout()?;
+        Ok(())
+    }
+
+    /// Create the store's folders; a plain file (or link) where one belongs is moved into
+    /// `quarantine/` with a warning (`quarantine` itself first). Returns what was moved.
+    fn repair_layout(&self) -> Result<Vec<String>, StoreError> {
+        let mut moved = Vec::new();
+        let misplaced = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| !m.is_dir());
+        let q = self.root.join("quarantine");
+        let mut parked = None;
+        if misplaced(&q) {
+            let aside = self
+                .root
+                .join(format!("quarantine.misplaced-{}", unix_now()));
+            fs_err::rename(&q, &aside).map_err(|e| StoreError::Io {
+                path: q.clone(),
+                source: e,
+            })?;
+            parked = Some(aside);
+        }
         for sub in [
+            "quarantine",
             "objects",
             "nodes",
             "refs",
             "logs",
             "locks",
             "tmp",
-            "quarantine",
         ] {
             let p = self.root.join(sub);
+            if sub != "quarantine" && misplaced(&p) {
+                self.quarantine_file(&p, "misplaced")?;
+                moved.push(sub.to_string());
+            }
             fs_err::create_dir_all(&p).map_err(|e| StoreError::Io {
                 path: p.clone(),
                 source: e,
@@ -311,8 +428,19 @@ impl Store {
                 use std::os::unix::fs::PermissionsExt;
                 let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o2775));
             }
+            if let (Some(aside), "quarantine") = (&parked, sub) {
+                self.quarantine_file(aside, "misplaced")?;
+                moved.push("quarantine".to_string());
+            }
         }
-        Ok(())
+        for m in &moved {
+            warn(&format!(
+                "`{}` was not a folder; moved it into `{}` and made the folder",
+                self.root.join(m).display(),
+                q.display()
+            ));
+        }
+        Ok(moved)
     }
 
     pub fn root(&self) -> &Path {
@@ -442,7 +570,10 @@ impl Store {
         let path = self.manifest_path(key);
         let why = match read_json::<Manifest>(&path)? {
             JsonRead::Missing => return Ok(None),
-            JsonRead::Ok(m) if m.key == *key => return Ok(Some(m)),
+            JsonRead::Ok(m) if m.key == *key && m.seal_holds() => return Ok(Some(m)),
+            JsonRead::Ok(m) if m.key == *key => {
+                "its outputs are not the ones it was sealed with (edited?)".to_string()
+            }
             JsonRead::Ok(m) => format!("it records key {} instead", m.key.short()),
             JsonRead::Corrupt(why) => why,
         };
@@ -464,10 +595,14 @@ impl Store {
     }
 
     /// Publish a manifest atomically. Objects must already be stored.
+    /// The manifest is sealed here (its `seal` set from its key and outputs).
     pub fn write_manifest(&self, manifest: &Manifest) -> Result<(), StoreError> {
         let path = self.manifest_path(&manifest.key);
         self.ensure_parent(&path)?;
-        let bytes = serde_json::to_vec_pretty(manifest).expect("manifest serialises");
+        self.clear_misplaced_dir(&path)?;
+        let mut sealed = manifest.clone();
+        sealed.seal = Some(Manifest::seal_of(&manifest.key, &manifest.outputs));
+        let bytes = serde_json::to_vec_pretty(&sealed).expect("manifest serialises");
         atomic_write(&self.tmp_dir(), &path, &bytes, self.file_mode()).map_err(io_err(&path))
     }
 
@@ -475,6 +610,7 @@ impl Store {
     pub fn write_ref(&self, spec: &str, record: &RefRecord) -> Result<(), StoreError> {
         let path = self.ref_path(spec, &record.node_id);
         self.ensure_parent(&path)?;
+        self.clear_misplaced_dir(&path)?;
         let bytes = serde_json::to_vec_pretty(record).expect("ref serialises");
         atomic_write(&self.tmp_dir(), &path, &bytes, self.file_mode()).map_err(io_err(&path))
     }
@@ -505,7 +641,7 @@ impl Store {
         let to = self
             .root
             .join("quarantine")
-            .join(format!("{kind}-{}-{name}", unix_now()));
+            .join(format!("{kind}-{}-{name}", unique_suffix()));
         match std::fs::rename(from, &to) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -532,16 +668,31 @@ impl Store {
     pub fn ensure_lock_parent(&self, key: &Digest<NodeKeyTag>) -> Result<PathBuf, StoreError> {
         let path = self.lock_path(key);
         self.ensure_parent(&path)?;
+        self.clear_misplaced_dir(&path)?;
         Ok(path)
+    }
+
+    /// A directory where the store keeps a file (a ref, manifest or lock): moved to
+    /// quarantine with a warning, so the file can be written.
+    fn clear_misplaced_dir(&self, path: &Path) -> Result<(), StoreError> {
+        if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+            self.quarantine_file(path, "misplaced-dir")?;
+            warn(&format!(
+                "`{}` was a directory where the store keeps a file; moved to quarantine",
+                path.display()
+            ));
+        }
+        Ok(())
     }
 
     /// Move an object aside so it is never served again.
     pub fn quarantine_object(&self, digest: &Digest<Artifact>) -> Result<(), StoreError> {
         let from = self.object_path(digest);
-        let to =
-            self.root
-                .join("quarantine")
-                .join(format!("object-{}-{}", digest.to_hex(), unix_now()));
+        let to = self.root.join("quarantine").join(format!(
+            "object-{}-{}",
+            digest.to_hex(),
+            unique_suffix()
+        ));
         match std::fs::rename(&from, &to) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -558,7 +709,7 @@ impl Store {
         let to = self.root.join("quarantine").join(format!(
             "manifest-{}-{}.json",
             key.to_hex(),
-            unix_now()
+            unique_suffix()
         ));
         match std::fs::rename(&from, &to) {
             Ok(()) => Ok(()),
@@ -622,7 +773,23 @@ impl Store {
         &self,
         mut on_progress: impl FnMut(usize, usize),
     ) -> Result<VerifyReport, StoreError> {
-        let mut report = VerifyReport::default();
+        let mut report = VerifyReport {
+            misplaced_moved: self.repair_layout()?,
+            ..VerifyReport::default()
+        };
+        for path in list_fanout(&self.root.join("locks"))? {
+            if path.extension().is_some_and(|e| e == "lock")
+                && std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir())
+            {
+                self.quarantine_file(&path, "misplaced-dir")?;
+                report.misplaced_moved.push(
+                    path.strip_prefix(&self.root)
+                        .unwrap_or(&path)
+                        .display()
+                        .to_string(),
+                );
+            }
+        }
         let objects = self.list_objects()?;
         for (i, digest) in objects.iter().enumerate() {
             on_progress(i, objects.len());
@@ -647,6 +814,7 @@ impl Store {
             };
             // The key material must hash to the key the manifest is filed under.
             let intact = manifest.key == key
+                && manifest.seal_holds()
                 && manifest.material.digest().ok() == Some(key)
                 && manifest
                     .outputs
@@ -770,6 +938,22 @@ impl Store {
     }
 }
 
+/// `<seconds>.<nanoseconds>-<pid>-<n>`: names that never collide, even for two files moved to
+/// quarantine in one second by one or several processes.
+fn unique_suffix() -> String {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let t = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    format!(
+        "{}.{:09}-{}-{}",
+        t.as_secs(),
+        t.subsec_nanos(),
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
+}
+
 fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -796,6 +980,9 @@ fn sanitize_component(s: &str) -> String {
 }
 
 fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<JsonRead<T>, StoreError> {
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+        return Ok(JsonRead::Corrupt("a directory, not a file".into()));
+    }
     match std::fs::read(path) {
         Ok(bytes) => Ok(match serde_json::from_slice(&bytes) {
             Ok(v) => JsonRead::Ok(v),

@@ -42,6 +42,12 @@ pub fn require(section: &str, problems: Vec<Problem>) -> Result<(), StageError> 
     })
 }
 
+/// The most epochs any schedule may ask for.
+pub const MAX_EPOCHS: usize = 100_000;
+
+/// The largest learning rate accepted.
+pub const MAX_LR: f64 = 10.0;
+
 /// A collector with the usual rules.
 #[derive(Default)]
 pub struct Checker {
@@ -61,6 +67,28 @@ impl Checker {
     pub fn at_least(&mut self, field: &str, v: usize, min: usize) {
         if v < min {
             self.push(field, format!("must be at least {min}, got {v}"));
+        }
+    }
+
+    /// A number of epochs: at least `min`, at most [`MAX_EPOCHS`] (more is a typo: the
+    /// paper's longest schedule is 500 epochs).
+    pub fn epochs(&mut self, field: &str, v: usize, min: usize) {
+        if v < min || v > MAX_EPOCHS {
+            self.push(
+                field,
+                format!("must be {min} to {MAX_EPOCHS} epochs, got {v}"),
+            );
+        }
+    }
+
+    /// A learning rate: a finite number > 0 and at most [`MAX_LR`] (the paper's are 1e-4 to
+    /// 0.5; larger ones diverge at once).
+    pub fn learning_rate(&mut self, field: &str, v: f64) {
+        if !(v.is_finite() && v > 0.0 && v <= MAX_LR) {
+            self.push(
+                field,
+                format!("must be a learning rate > 0 and ≤ {MAX_LR}, got {v}"),
+            );
         }
     }
 
@@ -105,29 +133,64 @@ impl Checker {
     }
 }
 
-/// Bytes one dense network of `dims` (input, hidden…, output) needs to train: weights and
-/// biases with their gradients and two Adam moments (4 f32 copies), saturating.
-pub fn mlp_training_bytes(dims: &[usize]) -> u128 {
-    dims.windows(2)
-        .map(|w| (w[0] as u128) * (w[1] as u128) + w[1] as u128)
-        .sum::<u128>()
-        * 16
+/// Bytes one dense network of `dims` (input, hidden…, output) needs to train on batches of
+/// `rows` rows: its weights and biases with their gradients and two Adam moments (4 f32
+/// copies), and per step every layer's activations with their gradients, which the graph
+/// keeps, plus its pooled temporaries (counted three times over, f32); saturating.
+pub fn net_bytes(dims: &[usize], rows: usize) -> u128 {
+    let params: u128 = dims
+        .windows(2)
+        .map(|w| (w[0] as u128).saturating_mul(w[1] as u128) + w[1] as u128)
+        .fold(0u128, |a, b| a.saturating_add(b));
+    let units: u128 = dims.iter().map(|&d| d as u128).sum();
+    params
+        .saturating_mul(16)
+        .saturating_add(units.saturating_mul(rows as u128).saturating_mul(12))
 }
 
-/// Bytes an autoencoder `input → hidden… → embedding` with its mirror decoder needs to train.
-pub fn autoencoder_training_bytes(input: usize, hidden: &[usize], embedding: usize) -> u128 {
+/// Bytes of a `rows` × `cols` f32 matrix, saturating.
+pub fn f32_bytes(rows: usize, cols: usize) -> u128 {
+    (rows as u128)
+        .saturating_mul(cols as u128)
+        .saturating_mul(4)
+}
+
+/// Bytes one dense network of `dims` needs to train, weights and optimiser state only.
+pub fn mlp_training_bytes(dims: &[usize]) -> u128 {
+    net_bytes(dims, 0)
+}
+
+/// Bytes an autoencoder `input → hidden… → embedding` with its mirror decoder needs to train
+/// on batches of `rows` rows.
+pub fn autoencoder_bytes(input: usize, hidden: &[usize], embedding: usize, rows: usize) -> u128 {
     let mut dims = vec![input];
     dims.extend_from_slice(hidden);
     dims.push(embedding);
-    2 * mlp_training_bytes(&dims)
+    let enc = net_bytes(&dims, rows);
+    dims.reverse();
+    enc.saturating_add(net_bytes(&dims, rows))
+}
+
+/// Bytes of an autoencoder's weights and optimiser state only.
+pub fn autoencoder_training_bytes(input: usize, hidden: &[usize], embedding: usize) -> u128 {
+    autoencoder_bytes(input, hidden, embedding, 0)
 }
 
 /// Physical memory of this machine in bytes (`/proc/meminfo`), if known.
 pub fn machine_memory_bytes() -> Option<u128> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    meminfo("MemTotal:")
+}
+
+fn meminfo(field: &str) -> Option<u128> {
+    kb_field("/proc/meminfo", field)
+}
+
+/// A `Field:  N kB` line of a /proc file, in bytes.
+fn kb_field(file: &str, field: &str) -> Option<u128> {
+    let text = std::fs::read_to_string(file).ok()?;
     let kb: u128 = text
         .lines()
-        .find(|l| l.starts_with("MemTotal:"))?
+        .find(|l| l.starts_with(field))?
         .split_whitespace()
         .nth(1)?
         .parse()
@@ -135,16 +198,102 @@ pub fn machine_memory_bytes() -> Option<u128> {
     Some(kb * 1024)
 }
 
-/// A problem if `bytes` for `what` exceed this machine's memory.
+/// The memory this process may use, and what sets it: the smaller of the machine's physical
+/// memory, the address-space limit left (`ulimit -v`, less what the process maps already) and
+/// the cgroup's memory limit left (`memory.max` less `memory.current`, a container's or a
+/// Slurm job's).
+pub fn memory_budget() -> Option<(u128, String)> {
+    let mut best: Option<(u128, String)> = None;
+    let mut consider = |bytes: u128, what: String| {
+        if best.as_ref().is_none_or(|(b, _)| bytes < *b) {
+            best = Some((bytes, what));
+        }
+    };
+    if let Some(total) = machine_memory_bytes() {
+        consider(total, format!("this machine's {}", human_bytes(total)));
+    }
+    if let Some(limit) = address_space_limit() {
+        let used = proc_status_bytes("VmSize:").unwrap_or(0);
+        consider(
+            limit.saturating_sub(used),
+            format!(
+                "the {} left under this process's address-space limit (ulimit -v {})",
+                human_bytes(limit.saturating_sub(used)),
+                human_bytes(limit)
+            ),
+        );
+    }
+    if let Some((limit, current)) = cgroup_memory() {
+        consider(
+            limit.saturating_sub(current),
+            format!(
+                "the {} left under this process's cgroup memory limit ({})",
+                human_bytes(limit.saturating_sub(current)),
+                human_bytes(limit)
+            ),
+        );
+    }
+    best
+}
+
+fn address_space_limit() -> Option<u128> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: writes one struct.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut r) } != 0 || r.rlim_cur == libc::RLIM_INFINITY
+    {
+        return None;
+    }
+    Some(r.rlim_cur as u128)
+}
+
+fn proc_status_bytes(field: &str) -> Option<u128> {
+    kb_field("/proc/self/status", field)
+}
+
+/// The cgroup memory limit of this process and its current use (v2, else v1), if limited.
+fn cgroup_memory() -> Option<(u128, u128)> {
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
+    let cgroup = read("/proc/self/cgroup").unwrap_or_default();
+    // v2: one line `0::/path`.
+    if let Some(path) = cgroup.lines().find_map(|l| l.strip_prefix("0::")) {
+        let dir = format!("/sys/fs/cgroup{path}");
+        if let Some(max) = read(&format!("{dir}/memory.max")) {
+            let limit: u128 = max.parse().ok()?;
+            let current: u128 = read(&format!("{dir}/memory.current"))
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0);
+            return Some((limit, current));
+        }
+    }
+    // v1: the memory controller's limit (a huge number when unlimited).
+    let limit: u128 = read("/sys/fs/cgroup/memory/memory.limit_in_bytes")?
+        .parse()
+        .ok()?;
+    if limit >= 1 << 60 {
+        return None;
+    }
+    let current: u128 = read("/sys/fs/cgroup/memory/memory.usage_in_bytes")
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    Some((limit, current))
+}
+
+/// A problem if `bytes` for `what` exceed the memory this process may use.
 pub fn fits_in_memory(field: &str, what: &str, bytes: u128) -> Option<Problem> {
-    let total = machine_memory_bytes()?;
-    (bytes > total).then(|| {
+    let (budget, source) = memory_budget()?;
+    (bytes > budget).then(|| {
         Problem::new(
             field,
             format!(
-                "{what} would need {} of memory to train, more than this machine's {}; lower it",
-                human_bytes(bytes),
-                human_bytes(total)
+                "{what} would need {} of memory to train, more than {source}; lower it",
+                human_bytes(bytes)
             ),
         )
     })
@@ -188,6 +337,44 @@ mod tests {
             e.starts_with("`train.epochs`: must be at least 1, got 0;"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn epochs_and_learning_rates_have_plausible_bounds() {
+        let mut c = Checker::new();
+        c.epochs("epochs", usize::MAX, 1);
+        c.epochs("finetune_epochs", 0, 0);
+        c.epochs("max_epochs", MAX_EPOCHS, 1);
+        c.learning_rate("lr", 1e308);
+        c.learning_rate("b_lr", 0.5);
+        let p = c.done();
+        let fields: Vec<&str> = p.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(fields, ["epochs", "lr"]);
+        assert!(p[0].message.contains("1 to 100000"), "{:?}", p[0]);
+        assert!(p[1].message.contains("≤ 10"), "{:?}", p[1]);
+    }
+
+    #[test]
+    fn the_memory_model_counts_activations_at_the_batch_size() {
+        // The paper's MNIST autoencoder: 784-500-500-2000-10 and its mirror.
+        let weights = autoencoder_training_bytes(784, &[500, 500, 2000], 10);
+        let params: u128 = 2 * (784 * 500 + 500 * 500 + 500 * 2000 + 2000 * 10)
+            + (500 + 500 + 2000 + 10)
+            + (2000 + 500 + 500 + 784);
+        assert_eq!(weights, params * 16);
+        // A batch of 256 rows adds every layer's activations and gradients (3 f32 each), both
+        // networks: (784 + 500 + 500 + 2000 + 10) units × 2 × 256 rows × 12 bytes.
+        let with_batch = autoencoder_bytes(784, &[500, 500, 2000], 10, 256);
+        assert_eq!(with_batch - weights, 3794 * 2 * 256 * 12);
+        assert!(net_bytes(&[8, 16, 4], 10) > net_bytes(&[8, 16, 4], 1));
+        assert_eq!(f32_bytes(1000, 784), 3_136_000);
+    }
+
+    #[test]
+    fn the_memory_budget_is_the_smallest_limit() {
+        let (bytes, source) = memory_budget().expect("Linux reports its memory");
+        assert!(bytes <= machine_memory_bytes().unwrap(), "{source}");
+        assert!(!source.is_empty());
     }
 
     #[test]

@@ -82,8 +82,8 @@ impl Check for CidecSettings {
     fn check(&self) -> Vec<Problem> {
         let mut c = Checker::new();
         c.sizes("hidden", &self.hidden, true);
-        c.at_least("epochs", self.epochs, 1);
-        c.positive("lr", self.lr);
+        c.epochs("epochs", self.epochs, 1);
+        c.learning_rate("lr", self.lr);
         c.at_least("batch_size", self.batch_size, 1);
         c.positive("alpha", self.alpha);
         c.non_negative("lambda_rec", self.lambda_rec);
@@ -104,12 +104,35 @@ impl Check for CidecSettings {
         if let Some(p) = crate::check::fits_in_memory(
             "hidden",
             "an autoencoder of these sizes",
-            crate::check::autoencoder_training_bytes(1, &self.hidden, 1),
+            crate::check::autoencoder_bytes(1, &self.hidden, 1, self.batch_size.saturating_mul(3)),
         ) {
             c.problems.push(p);
         }
         c.done()
     }
+}
+
+/// Bytes a CIDEC node needs: the autoencoder with its optimiser state and the activations of
+/// a mini-batch (two instances per pair and about as many single instances), the data, and
+/// every instance's embedding and soft assignment.
+pub fn memory_bytes(
+    s: &CidecSettings,
+    embedding_dim: usize,
+    dim: usize,
+    classes: usize,
+    rows: usize,
+) -> u128 {
+    crate::check::autoencoder_bytes(
+        dim,
+        &s.hidden,
+        embedding_dim,
+        s.batch_size.saturating_mul(3),
+    )
+    .saturating_add(crate::check::f32_bytes(rows, dim))
+    .saturating_add(crate::check::f32_bytes(
+        rows,
+        embedding_dim.saturating_add(classes),
+    ))
 }
 
 /// What one CIDEC node runs with.
@@ -174,7 +197,13 @@ pub fn run<D: Device<f32>>(
     if cons.is_empty() {
         return Err(StageError::input("no constraints to train on"));
     }
-    let bytes = crate::check::autoencoder_training_bytes(features.dim, &s.hidden, p.embedding_dim);
+    let bytes = memory_bytes(
+        s,
+        p.embedding_dim,
+        features.dim,
+        features.n_classes,
+        features.rows(),
+    );
     if let Some(problem) = crate::check::fits_in_memory("hidden", "this autoencoder", bytes) {
         crate::check::require("cidec", vec![problem])?;
     }

@@ -375,6 +375,8 @@ pub fn from_user_file(display: &str, bytes: &[u8], features: &Features) -> Resul
         let text = std::str::from_utf8(bytes).map_err(|_| {
             StageError::input(format!("`{display}` is neither Parquet nor UTF-8 CSV"))
         })?;
+        // Excel's "CSV UTF-8" starts with a byte-order mark.
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let mut lines = text
             .lines()
             .enumerate()

@@ -169,7 +169,7 @@ fn check_net(
     eps: f64,
 ) {
     c.sizes("hidden", hidden, true);
-    c.at_least("epochs", epochs, 1);
+    c.epochs("epochs", epochs, 1);
     c.at_least("batch_size", batch, 1);
     if let Some(g) = clip {
         if !(g.is_finite() && g > 0.0) {
@@ -193,7 +193,7 @@ impl Check for DccSettings {
             self.grad_clip,
             self.eps,
         );
-        c.positive("lr", self.lr);
+        c.learning_rate("lr", self.lr);
         self.stop.check_into(&mut c, "stop.");
         c.done()
     }
@@ -273,8 +273,8 @@ impl Check for VolMaxSettings {
             self.grad_clip,
             self.eps,
         );
-        c.positive("lr", self.lr);
-        c.positive("b_lr", self.b_lr);
+        c.learning_rate("lr", self.lr);
+        c.learning_rate("b_lr", self.b_lr);
         if self.lambda.is_none() && self.lambdas.is_empty() {
             c.push(
                 "lambdas",
@@ -328,6 +328,22 @@ pub enum DccOptimizer {
         b_diag: f64,
         b_off: f64,
     },
+}
+
+/// Bytes a DCC node needs: the network with its optimiser state and the activations of a
+/// mini-batch (two instances per pair, plus VolMaxDCC's volume rows), the data and every
+/// instance's assignment probabilities.
+pub fn memory_bytes(p: &DccParams, dim: usize, classes: usize, rows: usize) -> u128 {
+    let mut dims = vec![dim];
+    dims.extend_from_slice(&p.hidden);
+    dims.push(classes);
+    let volume = match &p.optimizer {
+        DccOptimizer::VolMax { volume_rows, .. } => *volume_rows,
+        DccOptimizer::Adam { .. } => 0,
+    };
+    crate::check::net_bytes(&dims, p.batch_size.saturating_mul(2).saturating_add(volume))
+        .saturating_add(crate::check::f32_bytes(rows, dim))
+        .saturating_add(crate::check::f32_bytes(rows, classes))
 }
 
 impl DccParams {
@@ -413,7 +429,7 @@ pub fn run<D: Device<f32>>(
     let mut dims = vec![features.dim];
     dims.extend_from_slice(&p.hidden);
     dims.push(k);
-    let bytes = crate::check::mlp_training_bytes(&dims);
+    let bytes = memory_bytes(p, features.dim, k, features.rows());
     if let Some(problem) = crate::check::fits_in_memory("hidden", "this network", bytes) {
         crate::check::require("dcc", vec![problem])?;
     }

@@ -651,7 +651,7 @@ pub fn run<D: Device<f32>>(
         diagnostic: diag,
         pretrained,
     } = inputs;
-    crate::train::validate(tp, features.dim, s.folds + 1)?;
+    crate::train::validate(tp, features.dim, features.rows(), s.folds + 1)?;
     validate(s, tp)?;
     cons.validate(features, false, "constraints artifact")?;
     let m = cons.len();
@@ -974,7 +974,7 @@ impl crate::check::Check for EciSettings {
         c.sizes("corrector_hidden", &self.corrector_hidden, true);
         c.non_negative("corrector_lambda", self.corrector_lambda);
         c.positive("corrector_huber", self.corrector_huber);
-        c.at_least("corrector_epochs", self.corrector_epochs, 1);
+        c.epochs("corrector_epochs", self.corrector_epochs, 1);
         c.at_least("corrector_patience", self.corrector_patience, 1);
         c.in_range(
             "corrector_validation",
@@ -983,7 +983,7 @@ impl crate::check::Check for EciSettings {
             0.5,
             false,
         );
-        c.positive("corrector_lr", self.corrector_lr);
+        c.learning_rate("corrector_lr", self.corrector_lr);
         c.at_least("corrector_batch_size", self.corrector_batch_size, 1);
         c.positive("gamma", self.gamma);
         c.non_negative("n0", self.n0);

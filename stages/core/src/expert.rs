@@ -57,19 +57,39 @@ impl Default for ClassifierParams {
     }
 }
 
+/// Bytes an expert node needs: one classifier at a time with its optimiser state and a
+/// mini-batch's activations, the data, and every expert's class probabilities.
+pub fn memory_bytes(
+    cp: &ClassifierParams,
+    dim: usize,
+    classes: usize,
+    rows: usize,
+    experts: usize,
+) -> u128 {
+    let mut dims = vec![dim];
+    dims.extend_from_slice(&cp.hidden);
+    dims.push(classes);
+    crate::check::net_bytes(&dims, cp.batch_size)
+        .saturating_add(crate::check::f32_bytes(rows, dim))
+        .saturating_add(crate::check::f32_bytes(rows, classes).saturating_mul(experts as u128))
+}
+
 impl crate::check::Check for ClassifierParams {
     fn check(&self) -> Vec<crate::check::Problem> {
         let mut c = crate::check::Checker::new();
         c.sizes("hidden", &self.hidden, true);
         c.in_range("dropout", self.dropout, 0.0, 1.0, false);
-        c.positive("lr", self.lr);
+        c.learning_rate("lr", self.lr);
         c.at_least("batch_size", self.batch_size, 1);
-        c.at_least("max_epochs", self.max_epochs, 1);
+        c.epochs("max_epochs", self.max_epochs, 1);
         c.at_least("patience", self.patience, 1);
         if let Some(p) = crate::check::fits_in_memory(
             "hidden",
             "an expert of these sizes",
-            crate::check::mlp_training_bytes(&[&[1usize][..], &self.hidden, &[1]].concat()),
+            crate::check::net_bytes(
+                &[&[1usize][..], &self.hidden, &[1]].concat(),
+                self.batch_size,
+            ),
         ) {
             c.problems.push(p);
         }
@@ -335,6 +355,16 @@ fn train_one<D: Device<f32>>(
     let (e, n_experts, subset) = (job.expert, job.of, job.subset);
     let cp = &params.classifier;
     crate::check::require("expert", crate::check::Check::check(cp))?;
+    let bytes = memory_bytes(
+        cp,
+        features.dim,
+        features.n_classes,
+        features.rows(),
+        n_experts,
+    );
+    if let Some(problem) = crate::check::fits_in_memory("hidden", "this expert", bytes) {
+        crate::check::require("expert", vec![problem])?;
+    }
     let label = format!("{e}");
     let mut rng = Stream::new(params.seed, &["expert", "init", &label]);
     let mut p = P::new(dev);

@@ -49,11 +49,13 @@ impl crate::check::Check for PretrainSettings {
         if let Some(p) = crate::check::fits_in_memory(
             "hidden",
             "an autoencoder of these sizes",
-            crate::check::autoencoder_training_bytes(1, &self.hidden, 1),
+            crate::check::autoencoder_bytes(1, &self.hidden, 1, self.batch_size),
         ) {
             c.problems.push(p);
         }
-        c.positive("lr", self.lr);
+        c.learning_rate("lr", self.lr);
+        c.epochs("layerwise_epochs", self.layerwise_epochs, 0);
+        c.epochs("finetune_epochs", self.finetune_epochs, 0);
         c.in_range("momentum", self.momentum, 0.0, 1.0, false);
         c.positive("lr_decay", self.lr_decay);
         c.at_least("batch_size", self.batch_size, 1);
@@ -188,14 +190,20 @@ pub struct Pretrained {
     pub test_mse_after: f64,
 }
 
-pub fn validate(params: &PretrainParams, input_dim: usize) -> Result<()> {
+/// Bytes a pretraining node needs: the autoencoder with its optimiser state and a
+/// mini-batch's activations, and the data with its corrupted copy.
+pub fn memory_bytes(s: &PretrainSettings, embedding_dim: usize, dim: usize, rows: usize) -> u128 {
+    crate::check::autoencoder_bytes(dim, &s.hidden, embedding_dim, s.batch_size)
+        .saturating_add(crate::check::f32_bytes(rows, dim).saturating_mul(2))
+}
+
+pub fn validate(params: &PretrainParams, input_dim: usize, rows: usize) -> Result<()> {
     let p = &params.settings;
     crate::check::require("pretrain", crate::check::Check::check(p))?;
     if params.embedding_dim == 0 {
         return Err(StageError::input("`embedding_dim` must be at least 1"));
     }
-    let bytes =
-        crate::check::autoencoder_training_bytes(input_dim, &p.hidden, params.embedding_dim);
+    let bytes = memory_bytes(p, params.embedding_dim, input_dim, rows);
     if let Some(problem) = crate::check::fits_in_memory("hidden", "this autoencoder", bytes) {
         return crate::check::require("pretrain", vec![problem]);
     }
@@ -208,7 +216,7 @@ pub fn run<D: Device<f32>>(
     features: &Features,
     monitor: &mut dyn Monitor,
 ) -> Result<Pretrained> {
-    validate(node, features.dim)?;
+    validate(node, features.dim, features.rows())?;
     let params = &node.settings;
     let seed = node.seed;
     let train = features.train_indices();

@@ -73,13 +73,13 @@ impl crate::check::Check for TrainSettings {
         if let Some(p) = crate::check::fits_in_memory(
             "hidden",
             "an autoencoder of these sizes",
-            crate::check::autoencoder_training_bytes(1, &self.hidden, 1),
+            crate::check::autoencoder_bytes(1, &self.hidden, 1, self.batch_size.saturating_mul(2)),
         ) {
             c.problems.push(p);
         }
-        c.at_least("epochs", self.epochs, 1);
-        c.positive("lr", self.lr);
-        c.positive("readout_lr", self.readout_lr);
+        c.epochs("epochs", self.epochs, 1);
+        c.learning_rate("lr", self.lr);
+        c.learning_rate("readout_lr", self.readout_lr);
         c.at_least("batch_size", self.batch_size, 1);
         c.non_negative("lambda_rec", self.lambda_rec);
         if let Some(g) = self.grad_clip {
@@ -560,16 +560,36 @@ impl<D: Device<f32>> Trainer<D> {
     }
 }
 
-/// The checks of the settings, then the memory the models of `copies` autoencoders on inputs
-/// of `input_dim` features need (ECI-PP trains K + 1 of them).
-pub fn validate(tp: &TrainParams, input_dim: usize, copies: usize) -> Result<()> {
+/// Bytes a training node needs with `copies` autoencoders (ECI-PP trains K + 1) on `rows`
+/// instances of `dim` features: each model with its optimiser state and the activations of a
+/// mini-batch (two instances per pair), and the embeddings of every instance; plus the data.
+pub fn memory_bytes(
+    s: &TrainSettings,
+    embedding_dim: usize,
+    dim: usize,
+    rows: usize,
+    copies: usize,
+) -> u128 {
+    let one = crate::check::autoencoder_bytes(
+        dim,
+        &s.hidden,
+        embedding_dim,
+        s.batch_size.saturating_mul(2),
+    )
+    .saturating_add(crate::check::f32_bytes(rows, embedding_dim));
+    one.saturating_mul(copies as u128)
+        .saturating_add(crate::check::f32_bytes(rows, dim))
+}
+
+/// The checks of the settings, then the memory `copies` autoencoders on `rows` × `input_dim`
+/// features need (ECI-PP trains K + 1 of them).
+pub fn validate(tp: &TrainParams, input_dim: usize, rows: usize, copies: usize) -> Result<()> {
     let p = &tp.settings;
     crate::check::require("train", crate::check::Check::check(p))?;
     if tp.embedding_dim == 0 {
         return Err(StageError::input("`embedding_dim` must be at least 1"));
     }
-    let bytes = crate::check::autoencoder_training_bytes(input_dim, &p.hidden, tp.embedding_dim)
-        .saturating_mul(copies as u128);
+    let bytes = memory_bytes(p, tp.embedding_dim, input_dim, rows, copies);
     if let Some(problem) = crate::check::fits_in_memory("hidden", "these networks", bytes) {
         return crate::check::require("train", vec![problem]);
     }
@@ -594,7 +614,7 @@ pub fn run<D: Device<f32>>(
     pretrained: Option<&[u8]>,
     monitor: &mut dyn Monitor,
 ) -> Result<Trained> {
-    validate(p, features.dim, 1)?;
+    validate(p, features.dim, features.rows(), 1)?;
     constraints.validate(features, false, "constraints artifact")?;
     if constraints.is_empty() {
         return Err(StageError::input("no constraints to train on"));
@@ -695,6 +715,21 @@ pub fn curve_to_parquet(curve: &[EpochStats]) -> Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_memory_of_a_training_node_grows_with_its_copies_and_batch() {
+        let s = TrainSettings::default();
+        let one = memory_bytes(&s, 10, 784, 60_000, 1);
+        let six = memory_bytes(&s, 10, 784, 60_000, 6);
+        let data = crate::check::f32_bytes(60_000, 784);
+        // ECI-PP's K + 1 autoencoders: six models and six embedding tables, one dataset.
+        assert_eq!(six - data, 6 * (one - data));
+        let wide = TrainSettings {
+            batch_size: s.batch_size * 4,
+            ..s.clone()
+        };
+        assert!(memory_bytes(&wide, 10, 784, 60_000, 1) > one);
+    }
 
     #[test]
     fn kappa_is_one_at_the_ends_zero_at_the_mean_and_in_between_elsewhere() {

@@ -7,7 +7,7 @@
 use rayon::prelude::*;
 
 use crate::check;
-use crate::device::{Act, CoBce, DResult, Device, GemmSpec, HuberL2, Ix, StudentT};
+use crate::device::{Act, CoBce, DResult, Device, DeviceError, GemmSpec, HuberL2, Ix, StudentT};
 use crate::scalar::{sigmoid, softplus, Real};
 use crate::science::{bayesian_confidence, huber, screen};
 
@@ -83,6 +83,107 @@ fn par_zip3<T: Real>(out: &mut [T], a: &[T], b: &[T], f: impl Fn(&mut T, T, T) +
     }
 }
 
+/// An empty vector with room for `len` values, or `OutOfMemory` where the allocator refuses
+/// (an address-space or cgroup limit): a buffer too large for this process is an error of
+/// the node that asked for it, never an abort of the process.
+fn reserve<T>(len: usize) -> DResult<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len)
+        .map_err(|_| DeviceError::OutOfMemory {
+            device: "cpu".into(),
+            bytes: len.saturating_mul(std::mem::size_of::<T>()),
+        })?;
+    Ok(v)
+}
+
+/// `len` copies of `value`, fallibly (see `reserve`).
+fn filled<T: Clone>(len: usize, value: T) -> DResult<Vec<T>> {
+    let mut v = reserve(len)?;
+    v.resize(len, value);
+    Ok(v)
+}
+
+/// The depth of every product `gemm` is handed (K_BLOCK values of k at most): `gemm` splits
+/// a product along k into blocks whose size it derives from the L1 cache's geometry, which
+/// changes the order of each sum and so the bits between CPU models. It never splits a
+/// product of depth ≤ 512 (its block size is at least 512), so upcc splits longer ones itself
+/// at fixed points: the bits then depend on the instruction set only, which the numerics
+/// class names ([`cpu_isa`]).
+pub const K_BLOCK: usize = 512;
+
+/// The instruction set `gemm` dispatches its f32/f64 kernels to on this CPU, as the numerics
+/// class names it: `avx512`, `fma` (AVX2 + FMA), `neon` or `scalar`.
+pub fn cpu_isa() -> &'static str {
+    #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            return "avx512";
+        }
+        if std::arch::is_x86_feature_detected!("fma") {
+            return "fma";
+        }
+        "scalar"
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        if std::arch::is_aarch64_feature_detected!("neon") {
+            return "neon";
+        }
+        "scalar"
+    }
+    #[cfg(not(any(target_arch = "x86", target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        "scalar"
+    }
+}
+
+/// C (m×n, row-major, `c` pointing at it) (+)= A·B with A and B given by pointer and strides
+/// (element (i, p) of A at `a + i·a_rs + p·a_cs`, (p, j) of B at `b + p·b_rs + j·b_cs`),
+/// in depth blocks of at most [`K_BLOCK`], in order.
+///
+/// # Safety
+/// The pointers must cover the m×k, k×n and m×n elements their strides address, and C must
+/// not alias A or B.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_blocked<T: Real>(
+    (m, n, k): (usize, usize, usize),
+    c: *mut T,
+    accumulate: bool,
+    (a, a_cs, a_rs): (*const T, isize, isize),
+    (b, b_cs, b_rs): (*const T, isize, isize),
+    par: gemm::Parallelism,
+) {
+    let mut p = 0;
+    while p < k {
+        let kb = K_BLOCK.min(k - p);
+        // SAFETY: the caller's pointers cover depth k; this block is depth p..p+kb of it.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                kb,
+                c,
+                1,
+                n as isize,
+                accumulate || p > 0,
+                a.offset(p as isize * a_cs),
+                a_cs,
+                a_rs,
+                b.offset(p as isize * b_rs),
+                b_cs,
+                b_rs,
+                T::ONE,
+                T::ONE,
+                false,
+                false,
+                false,
+                par,
+            );
+        }
+        p += kb;
+    }
+}
+
 impl Cpu {
     /// Rows `off..off+spec.m` of a transposed-stored A (k×full_m) times B into C.
     fn run_gemm_strided<T: Real>(
@@ -118,25 +219,12 @@ impl Cpu {
         // SAFETY: A is k×full_m row-major; element (i, p) of the m×k view is at
         // off + i + p·full_m < a.len(). B and C are covered by the asserts.
         unsafe {
-            gemm::gemm(
-                m,
-                n,
-                k,
+            gemm_blocked(
+                (m, n, k),
                 c.as_mut_ptr(),
-                1,
-                n as isize,
                 accumulate,
-                a.as_ptr().add(off),
-                full_m as isize,
-                1,
-                b.as_ptr(),
-                b_cs,
-                b_rs,
-                T::ONE,
-                T::ONE,
-                false,
-                false,
-                false,
+                (a.as_ptr().add(off), full_m as isize, 1),
+                (b.as_ptr(), b_cs, b_rs),
                 gemm::Parallelism::None,
             );
         }
@@ -197,25 +285,12 @@ impl Cpu {
         // SAFETY: the pointers cover exactly the sizes asserted above with the given strides,
         // and C does not alias A or B (distinct slices).
         unsafe {
-            gemm::gemm(
-                m,
-                n,
-                k,
+            gemm_blocked(
+                (m, n, k),
                 c.as_mut_ptr(),
-                1,
-                n as isize,
                 accumulate,
-                a.as_ptr(),
-                a_cs,
-                a_rs,
-                b.as_ptr(),
-                b_cs,
-                b_rs,
-                T::ONE,
-                T::ONE,
-                false,
-                false,
-                false,
+                (a.as_ptr(), a_cs, a_rs),
+                (b.as_ptr(), b_cs, b_rs),
                 par,
             );
         }
@@ -231,7 +306,9 @@ impl<T: Real> Device<T> for Cpu {
         "cpu".into()
     }
     fn numerics(&self) -> String {
-        format!("cpu-{}", T::DTYPE.to_lowercase())
+        // What changes the bits of the CPU backend: the element type and the instruction set
+        // gemm's kernels use (the depth blocking is pinned, see K_BLOCK).
+        format!("cpu-{}-{}", T::DTYPE.to_lowercase(), cpu_isa())
     }
     fn concurrent_models(&self) -> bool {
         true
@@ -241,10 +318,12 @@ impl<T: Real> Device<T> for Cpu {
     }
 
     fn zeros(&self, len: usize) -> DResult<Vec<T>> {
-        Ok(vec![T::ZERO; len])
+        filled(len, T::ZERO)
     }
     fn upload(&self, data: &[T]) -> DResult<Vec<T>> {
-        Ok(data.to_vec())
+        let mut v = reserve::<T>(data.len())?;
+        v.extend_from_slice(data);
+        Ok(v)
     }
     fn to_vec(&self, buf: &Vec<T>) -> DResult<Vec<T>> {
         Ok(buf.clone())
@@ -316,7 +395,7 @@ impl<T: Real> Device<T> for Cpu {
     }
 
     fn scalars(&self, len: usize) -> DResult<Vec<f64>> {
-        Ok(vec![0.0; len])
+        filled(len, 0.0)
     }
     fn scalars_to_vec(&self, s: &Vec<f64>) -> DResult<Vec<f64>> {
         Ok(s.clone())
@@ -1377,5 +1456,119 @@ mod tests {
             assert_eq!(one, run(2), "{spec:?}");
             assert_eq!(one, run(3), "{spec:?}");
         }
+    }
+
+    /// gemm splits a product along its depth only past 512 (its block is
+    /// `max(512, f(L1 cache)).min(k)`, or `k.min(512)` for small products): so the products
+    /// upcc hands it, never deeper than K_BLOCK, are summed in one pass on every CPU, whatever
+    /// its cache. Checked with this machine's cache sizes over plausible kernel shapes.
+    #[test]
+    fn gemm_never_splits_a_product_of_depth_k_block_or_less() {
+        for (m, n) in [(1, 1), (7, 300), (256, 500), (1024, 2000), (5000, 10)] {
+            for k in [1, 100, 511, K_BLOCK] {
+                for (mr, nr) in [(8, 4), (16, 4), (16, 6), (32, 6), (48, 4), (64, 6)] {
+                    let p = gemm_common::cache::kernel_params(m, n, k, mr, nr, 4);
+                    assert_eq!(p.kc, k, "m {m} n {n} k {k} mr {mr} nr {nr}");
+                }
+            }
+        }
+    }
+
+    /// Why the depth is pinned: the same product summed in other depth blocks (as gemm does
+    /// on a CPU whose L1 cache gives another block size) has other bits. And upcc's products
+    /// are exactly the K_BLOCK-deep pieces summed in order.
+    #[test]
+    fn depth_blocks_change_bits_so_upcc_fixes_them() {
+        let (m, n, k) = (64, 48, 1500);
+        let a: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
+            .collect();
+        let b: Vec<f32> = (0..k * n)
+            .map(|i| ((i * 104_729) % 997) as f32 / 997.0 - 0.5)
+            .collect();
+        // C = Σ over depth blocks of `block`, each one gemm call (depth ≤ 512: one pass).
+        let blocked = |block: usize| {
+            let mut c = vec![0f32; m * n];
+            let mut p = 0;
+            while p < k {
+                let kb = block.min(k - p);
+                // SAFETY: the offsets stay within A (m×k, row-major) and B (k×n).
+                unsafe {
+                    gemm::gemm(
+                        m,
+                        n,
+                        kb,
+                        c.as_mut_ptr(),
+                        1,
+                        n as isize,
+                        p > 0,
+                        a.as_ptr().add(p),
+                        1,
+                        k as isize,
+                        b.as_ptr().add(p * n),
+                        1,
+                        n as isize,
+                        1.0,
+                        1.0,
+                        false,
+                        false,
+                        false,
+                        gemm::Parallelism::None,
+                    );
+                }
+                p += kb;
+            }
+            c
+        };
+        let spec = GemmSpec {
+            m,
+            n,
+            k,
+            a_t: false,
+            b_t: false,
+            accumulate: false,
+        };
+        let mut c = vec![0f32; m * n];
+        Cpu::run_gemm(spec, &a, &b, &mut c, false);
+        assert_eq!(
+            c,
+            blocked(K_BLOCK),
+            "upcc sums K_BLOCK-deep pieces in order"
+        );
+        assert_ne!(
+            blocked(K_BLOCK),
+            blocked(500),
+            "another block size gives other bits"
+        );
+    }
+
+    #[test]
+    fn the_numerics_class_names_the_instruction_set() {
+        let n = Device::<f32>::numerics(&Cpu);
+        assert_eq!(n, format!("cpu-f32-{}", cpu_isa()));
+        assert!(["avx512", "fma", "neon", "scalar"].contains(&cpu_isa()));
+    }
+
+    #[test]
+    fn a_buffer_too_large_is_an_error_not_an_abort() {
+        let dev = Cpu;
+        let len = usize::MAX / 8;
+        match Device::<f32>::zeros(&dev, len) {
+            Err(DeviceError::OutOfMemory { device, bytes }) => {
+                assert_eq!(device, "cpu");
+                assert_eq!(bytes, len.saturating_mul(4));
+            }
+            other => panic!("expected OutOfMemory, got {:?}", other.map(|v| v.len())),
+        }
+        assert!(matches!(
+            Device::<f32>::scalars(&dev, usize::MAX / 4),
+            Err(DeviceError::OutOfMemory { .. })
+        ));
+        // Ordinary sizes are unaffected.
+        assert_eq!(Device::<f32>::zeros(&dev, 3).unwrap(), vec![0.0; 3]);
+        assert_eq!(
+            Device::<f32>::upload(&dev, &[1.0, 2.0]).unwrap(),
+            vec![1.0, 2.0]
+        );
     }
 }

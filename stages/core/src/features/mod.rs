@@ -342,6 +342,101 @@ impl Features {
     }
 }
 
+/// What can be told of a dataset's shape without reading it whole: features per row and,
+/// when a header says so, the training rows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Shape {
+    pub dim: usize,
+    pub rows: Option<usize>,
+}
+
+/// The first `n` bytes of a file, decompressed if it is gzipped (only as much as needed).
+fn head(path: &std::path::Path, n: usize) -> Option<Vec<u8>> {
+    let f = std::fs::File::open(path).ok()?;
+    if !f.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut raw = Vec::new();
+    f.take(2).read_to_end(&mut raw).ok()?;
+    let f = std::fs::File::open(path).ok()?;
+    let mut out = Vec::new();
+    if raw == [0x1f, 0x8b] {
+        flate2::read::MultiGzDecoder::new(f)
+            .take(n as u64)
+            .read_to_end(&mut out)
+            .ok()?;
+    } else {
+        f.take(n as u64).read_to_end(&mut out).ok()?;
+    }
+    Some(out)
+}
+
+/// The shape of a dataset read from the head of its file (`x`/`train_x` for IDX and
+/// `.npy`, `data`/`train` for CSV), for the memory check at load: `None` where it cannot be
+/// told cheaply (Parquet, pickles, files not there yet). `bytes` serves an embedded file.
+pub fn peek_shape(
+    format: DataFormat,
+    path: Option<&std::path::Path>,
+    bytes: Option<&[u8]>,
+    label_column: &str,
+) -> Option<Shape> {
+    let data = match (bytes, path) {
+        (Some(b), _) => {
+            let mut out = Vec::new();
+            if b.starts_with(&[0x1f, 0x8b]) {
+                flate2::read::MultiGzDecoder::new(b)
+                    .take(1 << 20)
+                    .read_to_end(&mut out)
+                    .ok()?;
+            } else {
+                out = b[..b.len().min(1 << 20)].to_vec();
+            }
+            out
+        }
+        (None, Some(p)) => head(p, 1 << 20)?,
+        (None, None) => return None,
+    };
+    match format {
+        DataFormat::Csv => {
+            let text = String::from_utf8_lossy(&data);
+            let line = text.trim_start_matches('\u{feff}').lines().next()?;
+            let fields = line.split(',').count();
+            let _ = label_column;
+            (fields >= 2).then_some(Shape {
+                dim: fields - 1,
+                rows: None,
+            })
+        }
+        DataFormat::Idx => {
+            if data.len() < 4 || data[0] != 0 || data[1] != 0 {
+                return None;
+            }
+            let ndim = data[3] as usize;
+            if ndim < 1 || data.len() < 4 + 4 * ndim {
+                return None;
+            }
+            let dims: Vec<usize> = (0..ndim)
+                .map(|i| {
+                    u32::from_be_bytes(data[4 + 4 * i..8 + 4 * i].try_into().expect("4")) as usize
+                })
+                .collect();
+            Some(Shape {
+                dim: dims[1..].iter().product::<usize>().max(1),
+                rows: Some(dims[0]),
+            })
+        }
+        DataFormat::Npy => {
+            let (npy, _) = npy_parts("", &data).ok()?;
+            let rows = *npy.shape.first()?;
+            Some(Shape {
+                dim: npy.shape[1..].iter().product::<usize>().max(1),
+                rows: Some(rows),
+            })
+        }
+        DataFormat::Parquet | DataFormat::Pickle => None,
+    }
+}
+
 /// Build the features from the source files (`data`, or `train`+`test` for CSV/Parquet;
 /// `x`+`y`, or `train_x`+`train_y`+`test_x`+`test_y` for IDX/npy).
 pub fn build(params: &FeatureParams, files: &BTreeMap<String, SourceFile<'_>>) -> Result<Features> {
@@ -560,6 +655,14 @@ fn stratified_split(
             is_test[i] = true;
         }
         if n == 0 {
+            let max = labels.iter().copied().max().unwrap_or(0) as usize;
+            if c > max {
+                // Only a configured `n_classes` reaches past the largest label.
+                return Err(StageError::input(format!(
+                    "dataset {names}: `n_classes` is {n_classes} but its labels are 0..={max}; set `n_classes: {}` or leave it out",
+                    max + 1
+                )));
+            }
             return Err(StageError::input(format!(
                 "dataset {names}: class {c} has no samples; labels must be contiguous 0..C−1"
             )));
@@ -640,6 +743,8 @@ fn read_csv(display: &str, bytes: &[u8], label_column: &str, header: HeaderMode)
             ),
         )
     })?;
+    // Excel's "CSV UTF-8" starts with a byte-order mark.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut lines = text
         .lines()
         .enumerate()
