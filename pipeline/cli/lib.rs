@@ -10,7 +10,6 @@ pub mod eta;
 pub mod graph;
 pub mod method;
 pub mod progress;
-pub mod report;
 pub mod select;
 pub mod slurm;
 pub mod spec;
@@ -52,7 +51,7 @@ pub fn main_entry() -> i32 {
         cli::Command::Explain(a) => commands::explain(a, &env),
         cli::Command::Verify => commands::verify(&env.store),
         cli::Command::Gc(a) => commands::gc(a, &env),
-        cli::Command::Report(a) => report::report(a, &env),
+        cli::Command::Report(a) => commands::report(a, &env),
         cli::Command::Cancel(a) => commands::cancel(a, &env),
         cli::Command::Job(a) => commands::job(a, &env),
         cli::Command::Device(a) => commands::device(a, &env),

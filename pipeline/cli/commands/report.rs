@@ -9,8 +9,8 @@ use std::path::Path;
 
 use upcc_engine::{plan, InputDef, Manifest, NodeStatus, PlanEntry, Store};
 
+use super::context::{self as commands, Env};
 use crate::cli::ReportArgs;
-use crate::commands::{self, Env};
 use crate::error::{CliError, Result};
 use crate::graph::{build, TargetNodes};
 use crate::spec::{self, Spec, TargetKind};

@@ -1,0 +1,26 @@
+//! `upcc cancel`: cancel the Slurm jobs of a spec's stale nodes.
+
+use serde_json::json;
+use upcc_engine::plan;
+
+use super::context::*;
+use crate::cli::SpecArgs;
+use crate::error::Result;
+use crate::select;
+
+/// `upcc cancel SPEC [SELECTOR…]`: cancel the Slurm jobs of the selected stale nodes.
+pub fn cancel(args: &SpecArgs, env: &Env) -> Result<i32> {
+    let loaded = load(args, 1, env)?;
+    let roots = select::roots(&loaded.selection, &loaded.built)?;
+    let dag = loaded.built.dag.restrict(&roots);
+    let store = open_store(&env.store, false)?;
+    let entries = plan(&dag, &store, &loaded.spec.file.name)?;
+    let (cancelled, records) = crate::slurm::cancel(&dag, &entries, &store)?;
+    if args.json {
+        println!("{}", json!({"cancelled": cancelled, "records": records}));
+    }
+    eprintln!(
+        "upcc: cancelled {cancelled} queued or running slurm jobs ({records} job records of this spec's stale nodes cleared)"
+    );
+    Ok(0)
+}

@@ -1,0 +1,23 @@
+//! The subcommands, one file each; `context` is what they share.
+
+pub mod cancel;
+pub mod context;
+pub mod device;
+pub mod explain;
+pub mod gc;
+pub mod job;
+pub mod report;
+pub mod run;
+pub mod status;
+pub mod verify;
+
+pub use cancel::cancel;
+pub use context::{store_path, Env, DEFAULT_NODE_THREADS};
+pub use device::device;
+pub use explain::explain;
+pub use gc::gc;
+pub use job::job;
+pub use report::report;
+pub use run::run;
+pub use status::status;
+pub use verify::verify;

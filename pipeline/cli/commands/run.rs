@@ -1,0 +1,431 @@
+//! `upcc run`: compute the stale nodes of a spec's targets, here or through Slurm, and show
+//! the tables they touched.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use upcc_engine::{plan, run as engine_run, NodeStatus, Outcome, RunConfig, Store};
+
+use super::context::*;
+use crate::cli::{ExecutorArg, ProgressArg, RunArgs};
+use crate::error::{CliError, Result};
+use crate::progress::{Progress, ProgressMode};
+use crate::select;
+use crate::spec::TargetKind;
+use crate::stage::table::{render_target, TableInput, TableSource};
+
+/// What `run` shows for the targets it touched: tables rendered from whatever is fresh, and
+/// where figures are.
+/// The tables and figures of the targets touched by a run. `healed` is set when a corrupt
+/// object was met (and quarantined): the caller runs the engine again and re-renders.
+pub(crate) fn render_views(
+    loaded: &Loaded,
+    store: &Store,
+    touched: &BTreeSet<usize>,
+    healed: &mut bool,
+) -> Result<Vec<(String, String)>> {
+    let dag = &loaded.built.dag;
+    let entries = plan(dag, store, &loaded.spec.file.name)?;
+    let mut out = Vec::new();
+    let mut targets: Vec<&crate::graph::TargetNodes> = loaded.built.targets.iter().collect();
+    // In the order the spec declares them.
+    targets.sort_by_key(|t| {
+        loaded
+            .spec
+            .target_order
+            .iter()
+            .position(|n| n == &t.name)
+            .unwrap_or(usize::MAX)
+    });
+    for t in targets {
+        let involved =
+            touched.contains(&t.node) || t.cells.iter().any(|c| touched.contains(&c.leaf));
+        if !involved {
+            continue;
+        }
+        if t.kind == TargetKind::Runtime {
+            let r = super::report::runtime_table(
+                t,
+                dag,
+                &entries,
+                store,
+                &mut super::report::Durations::new(),
+            )?;
+            out.push((t.name.clone(), r.markdown));
+            continue;
+        }
+        if t.kind.is_figure() {
+            let fresh = entries[t.node]
+                .key
+                .filter(|_| entries[t.node].status == NodeStatus::Fresh);
+            let manifest = match fresh {
+                Some(k) => store.fresh_manifest(&k)?.map(|m| (k, m)),
+                None => None,
+            };
+            // A figure is re-hashed like everything else before it is shown.
+            let manifest = match manifest {
+                Some((k, m)) => {
+                    let png = view_object(store, &k, &m.outputs["png"].digest, healed)?;
+                    let svg = view_object(store, &k, &m.outputs["svg"].digest, healed)?;
+                    (png.is_some() && svg.is_some()).then_some(m)
+                }
+                None => None,
+            };
+            let text = match manifest {
+                Some(m) => format!(
+                    "### {}\n\nfigure: {} (PNG), {} (SVG)\n",
+                    t.layout.title,
+                    store.object_path(&m.outputs["png"].digest).display(),
+                    store.object_path(&m.outputs["svg"].digest).display()
+                ),
+                None => {
+                    let done = t
+                        .cells
+                        .iter()
+                        .filter(|c| entries[c.leaf].status == NodeStatus::Fresh)
+                        .count();
+                    format!("### {}\n\nfigure not drawn yet: {done} of {} cell trials have their results\n", t.layout.title, t.cells.len())
+                }
+            };
+            out.push((t.name.clone(), text));
+            continue;
+        }
+        let source = TableSource::of(t.kind);
+        let mut found: Vec<(&TableInput, Vec<u8>)> = Vec::new();
+        for (cell, input) in t.cells.iter().zip(&t.inputs) {
+            let e = &entries[cell.leaf];
+            if e.status != NodeStatus::Fresh {
+                continue;
+            }
+            let key = e.key.expect("fresh nodes have keys");
+            if let Some(m) = store.fresh_manifest(&key)? {
+                let Some(bytes) = view_object(store, &key, &m.outputs[cell.output].digest, healed)?
+                else {
+                    continue;
+                };
+                found.push((input, bytes));
+            }
+        }
+        let inputs: Vec<(&TableInput, &[u8])> =
+            found.iter().map(|(i, b)| (*i, b.as_slice())).collect();
+        let r = render_target(source, &t.layout, &inputs, t.trials)
+            .map_err(|e| CliError::env(e.to_string()))?;
+        out.push((t.name.clone(), r.markdown));
+    }
+    Ok(out)
+}
+
+/// One report for two engine passes: a node counts as executed if either pass executed it.
+pub(crate) fn merge_reports(
+    first: upcc_engine::RunReport,
+    second: upcc_engine::RunReport,
+) -> upcc_engine::RunReport {
+    let mut nodes = first.nodes;
+    for (n, again) in nodes.iter_mut().zip(second.nodes) {
+        if again.outcome != Outcome::Cached || n.outcome == Outcome::Failed {
+            *n = again;
+        }
+    }
+    upcc_engine::RunReport { nodes }
+}
+
+pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
+    let store_flag = &env.store;
+    let t0 = Instant::now();
+    let threads = args.threads.unwrap_or_else(default_threads).max(1);
+    if args.node_threads == Some(0) {
+        return Err(CliError::user("--node-threads must be at least 1"));
+    }
+    let node_threads = args
+        .node_threads
+        .unwrap_or(DEFAULT_NODE_THREADS)
+        .clamp(1, threads);
+    let mut loaded = load(&args.spec, node_threads, env)?;
+    let section = crate::slurm::executor_section(loaded.spec.file.executor.as_ref())?;
+    let executor = args
+        .executor
+        .unwrap_or(if section.kind.as_deref() == Some("slurm") {
+            ExecutorArg::Slurm
+        } else {
+            ExecutorArg::Local
+        });
+    if args.detach && executor != ExecutorArg::Slurm {
+        return Err(CliError::user(
+            "--detach leaves jobs running on a cluster; it applies to the Slurm executor",
+        )
+        .hint("add `--executor slurm`, or drop --detach"));
+    }
+    if executor == ExecutorArg::Local && env.numerics.is_some() {
+        // Planned for a class: this machine must compute it, and then trains with its device.
+        let real = local_device(env, &loaded.compute, args.spec.json)?;
+        loaded = load_with(&args.spec, node_threads, real)?;
+    }
+    let roots = select::roots(&loaded.selection, &loaded.built)?;
+    let dag = loaded.built.dag.restrict(&roots);
+    if executor == ExecutorArg::Local {
+        // This process trains: a GPU that cannot be used fails the run here, before anything
+        // is computed or written (the kernels are compiled now, once).
+        loaded.compute.open()?;
+    }
+    if executor == ExecutorArg::Local {
+        // Before the store is created or anything written: the nodes this run computes.
+        let computes = || -> Result<Vec<bool>> {
+            Ok(match open_store(store_flag, false) {
+                Ok(store) if !args.force => plan(&dag, &store, &loaded.spec.file.name)?
+                    .iter()
+                    .map(|e| e.status != NodeStatus::Fresh)
+                    .collect(),
+                _ => vec![true; dag.len()],
+            })
+        };
+        check_memory(&loaded.built, &dag, computes, &loaded.compute)?;
+    }
+    let store = open_store(store_flag, true)?;
+    if executor == ExecutorArg::Slurm {
+        return run_slurm(args, env, &loaded, &dag, &store, &section.slurm, t0);
+    }
+    let progress = match args.progress {
+        ProgressArg::Bars => ProgressMode::Bars,
+        ProgressArg::Plain => ProgressMode::Plain,
+        ProgressArg::None => ProgressMode::Quiet,
+        ProgressArg::Auto => {
+            if std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none() {
+                ProgressMode::Bars
+            } else {
+                ProgressMode::Plain
+            }
+        }
+    };
+    let force: BTreeSet<usize> = if args.force {
+        (0..dag.len()).collect()
+    } else {
+        BTreeSet::new()
+    };
+    let cfg = RunConfig {
+        spec: loaded.spec.file.name.clone(),
+        threads,
+        memory_mb: args.memory_mb.unwrap_or_else(memory_default_mb),
+        keep_going: args.keep_going,
+        force,
+        provenance: provenance(run_id(), &loaded.compute),
+        poll_interval: Duration::from_millis(250),
+        gpus: loaded.compute.gpu_budgets_mb(),
+    };
+    if progress != ProgressMode::Quiet {
+        eprintln!(
+            "upcc: {} nodes in `{}`, store `{}`, {threads} threads ({node_threads} per training node), device {} ({})",
+            dag.len(),
+            loaded.spec.display,
+            store.root().display(),
+            loaded.compute.name(),
+            loaded.compute.numerics()
+        );
+    }
+    if progress != ProgressMode::Quiet {
+        // What is left, from the times this store recorded for comparable nodes.
+        let entries = plan(&dag, &store, &loaded.spec.file.name)?;
+        let eta = crate::eta::estimate(&store, &dag, &entries, args.force)?;
+        if eta.with_basis + eta.without_basis > 0 {
+            eprintln!("upcc: {}", eta.describe());
+        }
+    }
+    let mut ui = Progress::new(progress, dag.len());
+    let first = engine_run(&dag, &store, &cfg, &mut ui);
+    ui.done();
+    let mut report = first?;
+    // Map back to indices of the full DAG to find the targets touched.
+    let touched: BTreeSet<usize> = dag
+        .nodes()
+        .iter()
+        .filter_map(|n| loaded.built.dag.index_of(&n.id))
+        .collect();
+    let mut tables = Vec::new();
+    for pass in 0..3 {
+        let mut healed = false;
+        tables = render_views(&loaded, &store, &touched, &mut healed)?;
+        if !healed || pass == 2 {
+            break;
+        }
+        // A result the views read was corrupt and is quarantined: compute it again.
+        let mut ui = Progress::new(progress, dag.len());
+        let again = engine_run(&dag, &store, &cfg, &mut ui);
+        ui.done();
+        let again = again?;
+        report = merge_reports(report, again);
+    }
+    let (executed, cached, elsewhere, failed, skipped) = (
+        report.count(Outcome::Executed),
+        report.count(Outcome::Cached),
+        report.count(Outcome::ComputedElsewhere),
+        report.count(Outcome::Failed),
+        report.count(Outcome::Skipped),
+    );
+    let seconds = t0.elapsed().as_secs_f64();
+    if args.spec.json {
+        let nodes: Vec<_> = report
+            .nodes
+            .iter()
+            .map(|n| json!({"id": n.id, "stage": n.stage, "outcome": n.outcome, "key": n.key.map(|k| k.to_hex()), "duration_s": n.duration_s, "error": n.error}))
+            .collect();
+        let obj = json!({
+            "executed": executed, "cached": cached + elsewhere, "computed_elsewhere": elsewhere, "failed": failed, "skipped": skipped,
+            "total": report.nodes.len(), "seconds": seconds, "store": store.root().display().to_string(),
+            "device": loaded.compute.name(), "numerics": loaded.compute.numerics(),
+            "nodes": nodes, "tables": tables.iter().cloned().collect::<BTreeMap<_, _>>(),
+        });
+        println!("{obj}");
+    } else {
+        let mut out = std::io::stdout().lock();
+        for (_, md) in &tables {
+            let _ = writeln!(out, "{md}");
+        }
+    }
+    for n in report.nodes.iter().filter(|n| n.outcome == Outcome::Failed) {
+        eprintln!(
+            "error: node `{}` failed: {}",
+            n.id,
+            n.error.as_deref().unwrap_or("unknown error")
+        );
+        if let Some(k) = n.key {
+            eprintln!("  log: {}", store.log_path(&k).display());
+        }
+    }
+    if executed == 0 && failed == 0 && skipped == 0 {
+        eprintln!(
+            "upcc: all {} nodes cached; nothing to do ({seconds:.1} s)",
+            report.nodes.len()
+        );
+    } else {
+        eprintln!(
+            "upcc: {} nodes: {executed} executed, {} cached{}, {failed} failed, {skipped} skipped ({seconds:.1} s)",
+            report.nodes.len(),
+            cached + elsewhere,
+            if elsewhere > 0 { format!(" ({elsewhere} by another process)") } else { String::new() }
+        );
+    }
+    Ok(match report.failure_tier() {
+        None => 0,
+        Some(upcc_engine::Tier::User) => 2,
+        Some(upcc_engine::Tier::Environment) => 1,
+        Some(upcc_engine::Tier::Internal) => 3,
+    })
+}
+
+/// `run --executor slurm`: submit a job per node to compute (reusing queued or running ones),
+/// then follow them until every node is done or failed, unless `--detach`.
+pub(crate) fn run_slurm(
+    args: &RunArgs,
+    env: &Env,
+    loaded: &Loaded,
+    dag: &upcc_engine::Dag,
+    store: &Store,
+    settings: &crate::slurm::SlurmSettings,
+    t0: Instant,
+) -> Result<i32> {
+    if args.force {
+        return Err(CliError::user(
+            "--force recomputes fresh results on this machine; the Slurm executor submits only what is not computed",
+        )
+        .hint("run the determinism check locally (`--executor local --force`) on the cell you want"));
+    }
+    let quiet = args.spec.json || matches!(args.progress, ProgressArg::None);
+    let device = Some(
+        if loaded.compute.is_gpu() {
+            "cuda"
+        } else {
+            "cpu"
+        }
+        .to_string(),
+    );
+    let inv = crate::slurm::Invocation::new(
+        &args.spec.spec_and_selectors[0],
+        &args.spec.set,
+        store.root(),
+        device,
+        env.gpus.clone(),
+        loaded.compute.numerics(),
+    );
+    let sub = crate::slurm::submit(
+        dag,
+        &loaded.spec.file.name,
+        store,
+        settings,
+        &inv,
+        loaded.compute.is_gpu(),
+    )?;
+    if !quiet {
+        eprintln!(
+            "upcc: slurm: {} of {} nodes to compute: {} jobs submitted, {} already queued or running (store `{}`)",
+            sub.jobs.len(),
+            dag.len(),
+            sub.new,
+            sub.attached,
+            store.root().display()
+        );
+    }
+    let spec_arg = &args.spec.spec_and_selectors[0];
+    if args.detach {
+        let msg = format!(
+            "upcc: detached; `upcc status {spec_arg}` shows the jobs, `upcc run {spec_arg} --executor slurm` re-attaches, `upcc cancel {spec_arg}` cancels them"
+        );
+        if args.spec.json {
+            println!(
+                "{}",
+                json!({"executor": "slurm", "detached": true, "submitted": sub.new, "attached": sub.attached,
+                       "jobs": sub.jobs.iter().map(|(i, id)| (dag.node(*i).id.clone(), id.clone())).collect::<BTreeMap<_, _>>()})
+            );
+        }
+        eprintln!("{msg}");
+        return Ok(0);
+    }
+    let poll = Duration::from_secs_f64(settings.poll_seconds.unwrap_or(5.0));
+    let outcome = crate::slurm::attach(dag, &loaded.spec.file.name, &sub.jobs, store, poll, quiet)?;
+    let touched: BTreeSet<usize> = dag
+        .nodes()
+        .iter()
+        .filter_map(|n| loaded.built.dag.index_of(&n.id))
+        .collect();
+    let mut healed = false;
+    let tables = render_views(loaded, store, &touched, &mut healed)?;
+    let seconds = t0.elapsed().as_secs_f64();
+    if args.spec.json {
+        let failed: Vec<_> = outcome
+            .failed
+            .iter()
+            .map(|(i, why)| json!({"id": dag.node(*i).id, "error": why}))
+            .collect();
+        println!(
+            "{}",
+            json!({"executor": "slurm", "submitted": sub.new, "attached": sub.attached, "done": outcome.done.len(),
+                   "failed": outcome.failed.len(), "failures": failed, "total": dag.len(), "seconds": seconds,
+                   "store": store.root().display().to_string(), "tables": tables.iter().cloned().collect::<BTreeMap<_, _>>()})
+        );
+    } else {
+        let mut out = std::io::stdout().lock();
+        for (_, md) in &tables {
+            let _ = writeln!(out, "{md}");
+        }
+    }
+    for (i, why) in &outcome.failed {
+        eprintln!("error: node `{}`: {why}", dag.node(*i).id);
+        if let Some(r) = crate::slurm::read_record(store, &sub.recipes[*i]) {
+            eprintln!("  job log: {}", r.log);
+        }
+    }
+    if healed {
+        eprintln!("upcc: warning: corrupt results were quarantined while reading; run again to recompute them");
+    }
+    eprintln!(
+        "upcc: {} nodes: {} computed by Slurm jobs, {} failed ({seconds:.1} s)",
+        dag.len(),
+        outcome.done.len(),
+        outcome.failed.len()
+    );
+    Ok(if outcome.failed.is_empty() && !healed {
+        0
+    } else {
+        1
+    })
+}
