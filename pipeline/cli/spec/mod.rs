@@ -1,0 +1,765 @@
+//! Experiment specs: YAML files naming datasets, supervision settings, methods, trials,
+//! stage parameters and targets (each a grid of cells).
+//!
+//! Loading validates everything up front, before anything runs: the file's structure, every
+//! name, and every parameter through its settings type's `check` (each method resolves and
+//! checks its own sections). Every problem is reported at once, each at the file and line that
+//! holds the value, or at the `--set` argument that gave it. `--set key=value` overrides any
+//! parameter (dotted path; the parameter sections may omit `params.`).
+//!
+//! Files: the schema here; `source` (reading, and placing problems), `overrides` (`--set`),
+//! `resolver` (each method's sections), `load` (load and validate).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use serde_yaml_ng::Value;
+use upcc_report::{Metric, TableSettings};
+use upcc_stages::cluster::ClusterSettings;
+use upcc_stages::constraints::ConstraintSettings;
+use upcc_stages::expert::ClassifierParams;
+use upcc_stages::features::{DataFormat, HeaderMode, Scaling, Split};
+use upcc_stages::pretrain::PretrainSettings;
+
+use crate::method::{self, Method, Settings};
+
+mod load;
+mod overrides;
+mod resolver;
+mod source;
+mod validate;
+
+pub use load::load;
+pub use resolver::Resolver;
+pub use source::{locate_path, read_source, SpecSource};
+
+/// The embedded default spec (a copy of `experiments/smoke.yaml`).
+pub const SMOKE_YAML: &str = include_str!("../../../experiments/smoke.yaml");
+
+/// The vendored MNIST sample (`embedded:mnist5k`).
+pub const MNIST5K: &[u8] = include_bytes!("../../../experiments/data/mnist5k.csv.gz");
+
+/// Embedded datasets by name.
+pub fn embedded(name: &str) -> Option<&'static [u8]> {
+    match name {
+        "mnist5k" => Some(MNIST5K),
+        _ => None,
+    }
+}
+
+/// Sections of `params` every spec may set, besides the methods' own.
+const STAGE_SECTIONS: [&str; 5] = ["expert", "constraints", "pretrain", "cluster", "table"];
+
+/// Every parameter section: the stages' and the methods'.
+pub fn sections() -> Vec<&'static str> {
+    let mut v: Vec<&'static str> = STAGE_SECTIONS.to_vec();
+    v.extend(method::method_sections());
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// Larger embeddings are mistakes (and would not fit in memory with the usual backbone).
+const MAX_EMBEDDING_DIM: usize = 100_000;
+
+/// The most classes a dataset may declare (each is a column of every expert's output).
+const MAX_CLASSES: usize = 1_000_000;
+
+/// More trial × cell nodes than this is a mistake, not an experiment.
+const MAX_NODES: u128 = 2_000_000;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpecFile {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    pub datasets: BTreeMap<String, DatasetSpec>,
+    pub supervision: BTreeMap<String, SupervisionSpec>,
+    /// Method name → `{kind: …, <section>: overrides…}` (checked against the method).
+    pub methods: BTreeMap<String, Value>,
+    /// A number of trials (seeds 1..N) or a list of seeds.
+    pub trials: Value,
+    /// Section → settings (checked against the stages and methods).
+    #[serde(default)]
+    pub params: BTreeMap<String, Value>,
+    pub targets: BTreeMap<String, TargetSpec>,
+    /// How `upcc run` executes this spec's nodes (never part of any key).
+    #[serde(default)]
+    pub executor: Option<crate::slurm::ExecutorSection>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatasetSpec {
+    pub format: DataFormat,
+    /// Role → path (relative to the spec file) or `embedded:NAME`. A role named in `fetch`
+    /// may give a path too: the local copy used when it has the right digest.
+    #[serde(default)]
+    pub files: BTreeMap<String, String>,
+    /// Role → where to download the file from, and its digest.
+    #[serde(default)]
+    pub fetch: BTreeMap<String, FetchSpec>,
+    #[serde(default = "default_label_column")]
+    pub label_column: String,
+    #[serde(default)]
+    pub header: HeaderMode,
+    #[serde(default)]
+    pub scaling: Scaling,
+    #[serde(default)]
+    pub split: Option<Split>,
+    #[serde(default)]
+    pub n_classes: Option<usize>,
+    #[serde(default = "default_embedding_dim")]
+    pub embedding_dim: usize,
+    /// Training rows reserved for validation (the first this many of the training split):
+    /// what the baselines' hyperparameter searches score. The paper reserves 1000.
+    #[serde(default)]
+    pub validation: usize,
+    /// `split` (default): the first rows of the training split in its own order (shuffled
+    /// for a stratified split, file order for official files); `rows`: in file row order.
+    #[serde(default)]
+    pub validation_order: upcc_stages::features::ValidationOrder,
+    /// Which runs lose the validation rows: `search` (default) only the hyperparameter
+    /// searches; `all` every training of the dataset.
+    #[serde(default)]
+    pub validation_scope: ValidationScope,
+    /// What the paper says the dataset is (App. C.1): the features stage refuses files whose
+    /// sizes differ, naming each difference.
+    #[serde(default)]
+    pub expect: Option<upcc_stages::features::Expected>,
+    /// A mapping of the labels as read: `cifar100-coarse` (CIFAR-100's 20 superclasses).
+    #[serde(default)]
+    pub labels: Option<upcc_stages::features::LabelMap>,
+}
+
+/// Which trainings of a dataset hold its validation rows out (FIDELITY.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ValidationScope {
+    /// Only the search runs; final runs and every other method train on the whole training
+    /// split (the paper: tuning on the split without the validation samples, then the final
+    /// run on the full training split).
+    #[default]
+    Search,
+    /// Every training of the dataset (the rows are reserved once, for everything).
+    All,
+}
+
+fn default_label_column() -> String {
+    "last".into()
+}
+
+fn default_embedding_dim() -> usize {
+    10
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum SupervisionSpec {
+    /// One expert trained on fraction `level` of each class (`lv0.01`).
+    Single { level: f64 },
+    /// Complementary experts (`multi3`).
+    Multi {
+        experts: usize,
+        #[serde(default = "default_familiar")]
+        familiar: f64,
+        #[serde(default = "default_unfamiliar")]
+        unfamiliar: f64,
+    },
+    /// Constraints supplied by the user (CSV `a,b,y[,expert]` or Parquet).
+    File { path: String },
+    /// The oracle 1[t_a = t_b] through the same corruption channel, under `experts` nominal
+    /// expert ids (the diagnostic run of the paper's Figure 3, panels G and H).
+    Oracle {
+        #[serde(default = "default_oracle_experts")]
+        experts: usize,
+    },
+}
+
+fn default_oracle_experts() -> usize {
+    1
+}
+
+impl SupervisionSpec {
+    /// Expert ids the constraints carry (file supervision: unknown before reading it).
+    pub fn n_experts(&self) -> Option<usize> {
+        match self {
+            SupervisionSpec::Single { .. } => Some(1),
+            SupervisionSpec::Multi { experts, .. } | SupervisionSpec::Oracle { experts } => {
+                Some(*experts)
+            }
+            SupervisionSpec::File { .. } => None,
+        }
+    }
+
+    /// Several expert ids (what the expert-aware ensembles need).
+    pub fn is_multi_expert(&self) -> bool {
+        self.n_experts().is_some_and(|e| e > 1)
+    }
+}
+
+/// Where a figure's oracle-supervision panels (G, H) come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OraclePanels {
+    /// A second ECI-PP run of each cell on oracle judgments through the same corruption
+    /// channel (supervision `SUP.oracle`), read from that run's own diagnostics (the paper).
+    #[default]
+    Run,
+    /// The expert-trained run's networks, scored against the corrupted oracle labels of the
+    /// held-out pairs instead of the experts' (no second run).
+    Relabel,
+}
+
+/// The supervision name of the oracle run derived for figure panels G and H.
+pub fn oracle_run_name(sup: &str) -> String {
+    format!("{sup}.oracle")
+}
+
+fn default_familiar() -> f64 {
+    0.1
+}
+
+fn default_unfamiliar() -> f64 {
+    0.0001
+}
+
+/// A method as the spec resolves it: the implementation and its checked settings.
+#[derive(Clone)]
+pub struct ResolvedMethod {
+    pub method: &'static dyn Method,
+    pub settings: Settings,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetSpec {
+    #[serde(default)]
+    pub kind: TargetKind,
+    #[serde(default)]
+    pub title: Option<String>,
+    pub grid: GridSpec,
+    /// Axes spanning the columns (default: `method`, and `pretrain` when the grid has it;
+    /// `supervision` for experts).
+    #[serde(default)]
+    pub columns: Option<Vec<String>>,
+    #[serde(default = "default_metrics")]
+    pub metrics: Vec<Metric>,
+    #[serde(default = "default_splits")]
+    pub splits: Vec<String>,
+    /// Figures only: where panels G and H come from (default: a run on oracle judgments).
+    #[serde(default)]
+    pub oracle_panels: Option<OraclePanels>,
+    /// Tables only: published values to show reproduced − published against.
+    #[serde(default)]
+    pub published: Option<PublishedSpec>,
+    /// Sweep figures only: the grid axis along the x axis (e.g. `supervision`, `corruption`,
+    /// `budget`, or `method` over variants of one method).
+    #[serde(default)]
+    pub x: Option<String>,
+    /// Sweep figures only: the grid axis with one line per value (default `method`; `none`:
+    /// one line).
+    #[serde(default)]
+    pub lines: Option<String>,
+    /// Sweep figures only: tick labels for x values (e.g. `eci-pp-k2: "2"` when x sweeps
+    /// method variants); unlisted values show their names.
+    #[serde(default)]
+    pub x_labels: BTreeMap<String, String>,
+    /// Sweep figures only: the x axis' title (default: the axis name).
+    #[serde(default)]
+    pub x_title: Option<String>,
+}
+
+/// A dataset file downloaded into the store: its URL and the digest that pins its bytes.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FetchSpec {
+    /// Where to download the file (absent when it comes in `parts`).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// SHA-256 of the file, hex.
+    #[serde(default)]
+    pub sha256: Option<String>,
+    /// BLAKE3 of the file, hex.
+    #[serde(default)]
+    pub blake3: Option<String>,
+    /// Git's blob id of the file (what `git hash-object FILE` prints: SHA-1 of
+    /// `blob <length>\0` and the bytes), hex: how a file committed to a git repository is
+    /// pinned.
+    #[serde(default)]
+    pub git_blob: Option<String>,
+    /// A file published in parts (`x.pkl.part1`, `x.pkl.part2`, ...): each part downloaded
+    /// and checked alone, then concatenated in this order.
+    #[serde(default)]
+    pub parts: Vec<FetchPart>,
+}
+
+/// One part of a file published in parts.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FetchPart {
+    pub url: String,
+    #[serde(default)]
+    pub sha256: Option<String>,
+    #[serde(default)]
+    pub blake3: Option<String>,
+    #[serde(default)]
+    pub git_blob: Option<String>,
+}
+
+/// A table target's published values: a CSV file
+/// (`table,dataset,supervision,method,pretrain,corruption,budget,metric,split,value`), and how
+/// the spec's names map onto the file's.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PublishedSpec {
+    /// The CSV file, relative to the spec's folder.
+    pub file: String,
+    /// Which table of the file (its `table` column).
+    pub table: String,
+    /// What the deltas' heading calls the source (default: the file and table).
+    #[serde(default)]
+    pub source: Option<String>,
+    /// Spec dataset → the file's dataset (default: the same name).
+    #[serde(default)]
+    pub datasets: BTreeMap<String, String>,
+    /// Spec supervision → the file's (default: the same name).
+    #[serde(default)]
+    pub supervision: BTreeMap<String, String>,
+    /// Spec method → the file's name for it (`sp-ea: SpherePair`; default: the method's kind
+    /// for clustering tables, its name otherwise).
+    #[serde(default)]
+    pub methods: BTreeMap<String, String>,
+    /// Columns not to match on (`pretrain`, `corruption`, `budget`): e.g. `[budget]` to hold
+    /// a 3k-constraint run against the paper's 9k numbers.
+    #[serde(default)]
+    pub ignore: Vec<String>,
+    /// `table,row,column,value` files: which grid axis the file's rows and columns are
+    /// (default: rows `dataset`, columns `supervision`; runtime tables: rows `method`,
+    /// columns `dataset`).
+    #[serde(default)]
+    pub rows: Option<String>,
+    #[serde(default)]
+    pub columns: Option<String>,
+    /// What the published values were measured on (runtime tables: the paper's GPU).
+    #[serde(default)]
+    pub device: Option<String>,
+}
+
+pub use upcc_report::published::PublishedScore as PublishedRow;
+
+/// A table target's published values as loaded.
+#[derive(Clone, Debug)]
+pub struct PublishedTable {
+    pub source: String,
+    /// A clustering table's scores.
+    pub rows: Vec<PublishedRow>,
+    /// The values of a `table,row,column,value` file (experts, blind-spot, selection and
+    /// runtime tables), as printed.
+    pub printed: Vec<upcc_report::published::PrintedCell>,
+    pub datasets: BTreeMap<String, String>,
+    pub supervision: BTreeMap<String, String>,
+    pub methods: BTreeMap<String, String>,
+    pub ignore: Vec<String>,
+    /// The grid axes the printed file's rows and columns are.
+    pub row_axis: String,
+    pub column_axis: String,
+    pub device: Option<String>,
+}
+
+impl PublishedTable {
+    /// The file's name for value `v` of axis `axis` (mapped by `datasets`, `supervision`,
+    /// `methods`; unmapped values as they are).
+    fn file_name<'a>(&'a self, axis: &str, v: &'a str) -> &'a str {
+        let map = match axis {
+            "dataset" => &self.datasets,
+            "supervision" => &self.supervision,
+            "method" => &self.methods,
+            _ => return v,
+        };
+        map.get(v).map(|s| s.as_str()).unwrap_or(v)
+    }
+
+    /// The printed value of the cell at `coords` (a `table,row,column,value` file).
+    pub fn printed_at(&self, coords: &BTreeMap<String, String>) -> Option<&str> {
+        let row = self.file_name(&self.row_axis, coords.get(&self.row_axis)?);
+        let col = self.file_name(&self.column_axis, coords.get(&self.column_axis)?);
+        self.printed
+            .iter()
+            .find(|c| c.row == row && c.column == col)
+            .map(|c| c.text.as_str())
+    }
+
+    /// The rows a cell matches: its dataset, supervision and method kind (mapped), and its
+    /// pretraining, corruption and budget unless ignored.
+    pub fn matching<'a>(
+        &'a self,
+        dataset: &str,
+        supervision: &str,
+        method_kind: &str,
+        pretrain: bool,
+        corruption: f64,
+        budget: usize,
+    ) -> impl Iterator<Item = &'a PublishedRow> + 'a {
+        let ds = self
+            .datasets
+            .get(dataset)
+            .cloned()
+            .unwrap_or_else(|| dataset.to_string());
+        let sup = self
+            .supervision
+            .get(supervision)
+            .cloned()
+            .unwrap_or_else(|| supervision.to_string());
+        let method = method_kind.to_string();
+        let ignored = |c: &str| self.ignore.iter().any(|i| i == c);
+        let (ip, ic, ib) = (
+            ignored("pretrain"),
+            ignored("corruption"),
+            ignored("budget"),
+        );
+        self.rows.iter().filter(move |r| {
+            r.dataset == ds
+                && r.supervision == sup
+                && r.method == method
+                && (ip || r.pretrain == pretrain)
+                && (ic || (r.corruption - corruption).abs() < 1e-9)
+                && (ib || r.budget == budget)
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum TargetKind {
+    /// Clustering scores (ACC, NMI, ARI) of every cell, mean ± std over trials.
+    #[default]
+    Table,
+    /// Test accuracy of the simulated experts (group mean for multi-expert settings).
+    Experts,
+    /// ECI-PP's held-out diagnostics per iteration, drawn as the paper's 8-panel figure.
+    Figure,
+    /// The hyperparameter each cell's search chose by validation ACC (VolMaxDCC's λ, the
+    /// ensembles' α: the paper's Tables 5 and 6); one value per cell, no trials.
+    Selection,
+    /// A clustering metric (mean ± spread over trials) against one axis of the grid (`x`),
+    /// one line per value of another (`lines`, default `method`), a panel per metric and per
+    /// value of the remaining axes: the paper's robustness and sensitivity figures.
+    Sweep,
+    /// The unfamiliar-class counts of each setting's experts, e.g. `(4,3,3)`: the paper's
+    /// Table 2, read from the trained experts.
+    BlindSpots,
+    /// Histograms of the recorded constraint values of each setting (clean and corrupted
+    /// records stacked): the paper's constraint-value distribution figure.
+    ConstraintValues,
+    /// Wall-clock training time of each cell (pretraining and searches included), read from
+    /// the manifests' recorded times: the paper's Table 11.
+    Runtime,
+}
+
+impl TargetKind {
+    /// The name a spec writes (`kind: blind-spots`).
+    pub fn name(self) -> &'static str {
+        match self {
+            TargetKind::Table => "table",
+            TargetKind::Experts => "experts",
+            TargetKind::Figure => "figure",
+            TargetKind::Selection => "selection",
+            TargetKind::Sweep => "sweep",
+            TargetKind::BlindSpots => "blind-spots",
+            TargetKind::ConstraintValues => "constraint-values",
+            TargetKind::Runtime => "runtime",
+        }
+    }
+
+    /// Indexed by dataset and supervision only (no methods train for it).
+    pub fn per_setting(self) -> bool {
+        matches!(
+            self,
+            TargetKind::Experts | TargetKind::BlindSpots | TargetKind::ConstraintValues
+        )
+    }
+
+    /// Drawn (PNG, SVG and the plotted values) rather than tabulated.
+    pub fn is_figure(self) -> bool {
+        matches!(
+            self,
+            TargetKind::Figure | TargetKind::Sweep | TargetKind::ConstraintValues
+        )
+    }
+}
+
+impl TargetSpec {
+    pub fn columns(&self) -> Vec<String> {
+        match (&self.columns, &self.kind) {
+            (Some(c), _) => c.clone(),
+            (
+                None,
+                TargetKind::Experts
+                | TargetKind::Selection
+                | TargetKind::BlindSpots
+                | TargetKind::ConstraintValues,
+            ) => vec!["supervision".into()],
+            // The paper's Table 11: a column per dataset, a row per method.
+            (None, TargetKind::Runtime) => vec!["dataset".into()],
+            (None, _) if self.grid.pretrain.is_some() => vec!["method".into(), "pretrain".into()],
+            (None, _) => vec!["method".into()],
+        }
+    }
+}
+
+fn default_metrics() -> Vec<Metric> {
+    vec![Metric::Acc, Metric::Nmi, Metric::Ari]
+}
+
+fn default_splits() -> Vec<String> {
+    vec!["train".into(), "test".into()]
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GridSpec {
+    pub dataset: Vec<String>,
+    pub supervision: Vec<String>,
+    #[serde(default)]
+    pub method: Vec<String>,
+    /// Pretraining as an axis; absent: every method as the paper's main table runs it
+    /// (pretrained where the method has pretraining, VanillaDCC and VolMaxDCC without) and
+    /// no `pretrain` axis in the table.
+    #[serde(default)]
+    pub pretrain: Option<Vec<bool>>,
+    #[serde(default)]
+    pub corruption: Option<Vec<f64>>,
+    #[serde(default)]
+    pub budget: Option<Vec<usize>>,
+}
+
+impl GridSpec {
+    /// The pretraining values a method runs under in this grid.
+    pub fn pretrain_for(&self, pretrainable: bool) -> Vec<bool> {
+        match &self.pretrain {
+            Some(v) => v.clone(),
+            None => vec![pretrainable],
+        }
+    }
+}
+
+/// Whether a stage's result is computed once and shared by every trial (with its own `seed`)
+/// or once per trial (seeded by the trial): `seed` and `per_trial` in its section.
+#[derive(Clone, Copy, Debug)]
+pub struct Sharing {
+    pub seed: u64,
+    pub per_trial: bool,
+}
+
+impl Sharing {
+    /// The seed a trial's node of this stage uses.
+    pub fn seed_for(&self, trial: u64) -> u64 {
+        if self.per_trial {
+            trial
+        } else {
+            self.seed
+        }
+    }
+
+    /// The node id suffix: `tN` per trial, `sN` shared.
+    pub fn id_for(&self, trial: u64) -> String {
+        if self.per_trial {
+            format!("t{trial}")
+        } else {
+            format!("s{}", self.seed)
+        }
+    }
+}
+
+/// Pretraining as the spec resolves it.
+#[derive(Clone, Debug)]
+pub struct PretrainSpec {
+    pub settings: PretrainSettings,
+    pub sharing: Sharing,
+}
+
+/// The stage sections every method shares, checked.
+#[derive(Clone, Debug)]
+pub struct StageParams {
+    pub expert: ClassifierParams,
+    /// One set of experts per (dataset, supervision) shared by the trials, or one per trial.
+    pub expert_sharing: Sharing,
+    pub constraints: ConstraintSettings,
+    pub pretrain: PretrainSpec,
+    pub cluster: ClusterSettings,
+    pub table: TableSettings,
+}
+
+/// A loaded, validated spec.
+pub struct Spec {
+    /// As given on the command line (for messages).
+    pub display: String,
+    pub dir: PathBuf,
+    pub file: SpecFile,
+    pub trials: Vec<u64>,
+    pub params: StageParams,
+    /// Resolved methods by name.
+    pub methods: BTreeMap<String, ResolvedMethod>,
+    /// Target names in the order the spec declares them (tables print in this order).
+    pub target_order: Vec<String>,
+    /// Oracle supervision settings derived for figure targets (`SUP.oracle` → oracle
+    /// judgments under SUP's number of experts).
+    pub oracle_runs: BTreeMap<String, SupervisionSpec>,
+    /// Published values of table targets that name them, by target.
+    pub published: BTreeMap<String, PublishedTable>,
+    /// Each dataset's shape as known at load (`expect:`, else the head of its file), for the
+    /// memory check of the nodes that train on it.
+    pub shapes: BTreeMap<String, Option<upcc_stages::features::Shape>>,
+}
+
+impl Spec {
+    /// A supervision setting by name: the spec's own or a derived oracle run.
+    pub fn supervision(&self, name: &str) -> &SupervisionSpec {
+        self.file
+            .supervision
+            .get(name)
+            .or_else(|| self.oracle_runs.get(name))
+            .expect("validated supervision name")
+    }
+}
+
+/// The axes of a target's grid, in display order.
+pub fn axes_of(target: &TargetSpec) -> Vec<&'static str> {
+    let g = &target.grid;
+    let mut a = vec!["dataset", "supervision"];
+    if target.kind.per_setting() {
+        if target.kind == TargetKind::ConstraintValues {
+            a.extend(g.corruption.iter().map(|_| "corruption"));
+            a.extend(g.budget.iter().map(|_| "budget"));
+        }
+        return a;
+    }
+    if g.corruption.is_some() {
+        a.push("corruption");
+    }
+    if g.budget.is_some() {
+        a.push("budget");
+    }
+    a.push("method");
+    if g.pretrain.is_some() {
+        a.push("pretrain");
+    }
+    a
+}
+
+impl Spec {
+    /// Resolved file path of a dataset file or `embedded:NAME`.
+    pub fn resolve_path(&self, path: &str) -> PathBuf {
+        self.dir.join(path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::load::*;
+    use super::overrides::*;
+    use super::source::*;
+    use super::*;
+
+    #[test]
+    fn explains_unknown_fields_with_the_nearest_name() {
+        let (m, h) = explain_serde("params.constraints: unknown field `corruptoin`, expected one of `budget`, `corruption`, `diagnostic_pairs` at line 3 column 5");
+        assert_eq!(m, "params.constraints: unknown field `corruptoin`, expected one of `budget`, `corruption`, `diagnostic_pairs`");
+        assert_eq!(h.as_deref(), Some("did you mean `corruption`?"));
+        let (_, h) = explain_serde("unknown field `qqq`, expected `aa` or `bb`");
+        assert_eq!(h.as_deref(), Some("valid: `aa`, `bb`"));
+        let (m, _) = explain_serde(
+            "params.train.epochs: invalid type: integer `99999999999999999999999` as u128, expected any YAML value",
+        );
+        assert!(m.contains("far too large") && !m.contains("u128"), "{m}");
+        let (m, _) = explain_serde("invalid type: string \"two\", expected usize");
+        assert!(m.ends_with("expected a whole number ≥ 0"), "{m}");
+    }
+
+    #[test]
+    fn locate_finds_whole_words_only() {
+        let text = "a: probpair\nb: [probpar, x]\n";
+        assert_eq!(locate(text, "probpar"), Some(2));
+        assert_eq!(locate(text, "probpair"), Some(1));
+    }
+
+    #[test]
+    fn locate_path_follows_indentation_and_flow_mappings() {
+        let text = "\
+name: x
+params:
+  train:
+    epochs: 3
+    lr: 0.1
+  constraints: {budget: 300, corruption: 0.3}
+methods:
+  eci-pp: {train: {epochs: 8}, eci: {warmup_epochs: 2}}
+  probpair:
+    train:
+      epochs: 4
+";
+        assert_eq!(locate_path(text, &["params", "train", "lr"]), Some(5));
+        assert_eq!(locate_path(text, &["params", "train", "epochs"]), Some(4));
+        assert_eq!(
+            locate_path(text, &["params", "constraints", "corruption"]),
+            Some(6)
+        );
+        assert_eq!(
+            locate_path(text, &["methods", "eci-pp", "eci", "warmup_epochs"]),
+            Some(8)
+        );
+        assert_eq!(
+            locate_path(text, &["methods", "probpair", "train", "epochs"]),
+            Some(11)
+        );
+        // A missing leaf places the problem at the deepest key present.
+        assert_eq!(
+            locate_path(text, &["params", "train", "batch_size"]),
+            Some(3)
+        );
+    }
+
+    #[test]
+    fn overrides_create_and_replace_nested_keys() {
+        let mut v: Value =
+            serde_yaml_ng::from_str("params:\n  constraints:\n    corruption: 0.3\n").unwrap();
+        let placed = apply_overrides(
+            &mut v,
+            &["constraints.corruption=0.5".into(), "train.epochs=3".into()],
+        )
+        .unwrap();
+        assert_eq!(v["params"]["constraints"]["corruption"].as_f64(), Some(0.5));
+        assert_eq!(v["params"]["train"]["epochs"].as_u64(), Some(3));
+        assert_eq!(placed[0].0, ["params", "constraints", "corruption"]);
+        assert!(apply_overrides(&mut v, &["nonsense".into()]).is_err());
+        let mut w: Value =
+            serde_yaml_ng::from_str("supervision:\n  lv0.01: {kind: single, level: 0.01}\n")
+                .unwrap();
+        let placed = apply_overrides(&mut w, &["supervision.lv0.01.level=0.1".into()]).unwrap();
+        assert_eq!(w["supervision"]["lv0.01"]["level"].as_f64(), Some(0.1));
+        assert_eq!(placed[0].0, ["supervision", "lv0.01", "level"]);
+    }
+
+    #[test]
+    fn embedded_smoke_spec_loads() {
+        let s = load("smoke", &[]).unwrap();
+        assert_eq!(s.file.name, "smoke");
+        assert!(!s.trials.is_empty());
+        assert_eq!(
+            s.target_order,
+            [
+                "main",
+                "eci",
+                "experts",
+                "diagnostics",
+                "sweep",
+                "blind-spots",
+                "constraint-values",
+                "runtime"
+            ]
+        );
+    }
+}
