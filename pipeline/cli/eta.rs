@@ -149,8 +149,14 @@ impl Estimate {
         );
         if self.without_basis > 0 {
             s.push_str(&format!(
-                "; {} of them have no basis and are not counted",
-                self.without_basis
+                "; {} of them {} no basis and {} not counted",
+                self.without_basis,
+                if self.without_basis == 1 {
+                    "has"
+                } else {
+                    "have"
+                },
+                if self.without_basis == 1 { "is" } else { "are" }
             ));
         }
         s.push(')');

@@ -2,39 +2,58 @@
 
 use crate::util::*;
 
+/// The first process is seen computing a node before the second starts, so the two run at the
+/// same time by construction; both then compute nodes (the second takes the ones the first has
+/// not leased), none twice, and they agree on every result.
 #[test]
 fn two_processes_on_one_store_compute_each_node_once() {
     let env = Env::new();
     let spec = env.spec();
-    let args = [
-        "run",
-        spec.as_str(),
-        "--json",
-        "--progress",
-        "none",
-        "--set",
-        "train.epochs=20",
-    ];
-    let a = env
-        .command(&env.store(), &args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let b = env
-        .command(&env.store(), &args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let set = ["--set", "train.epochs=2000"];
+    let mut args = vec!["run", spec.as_str(), "--json", "--progress", "none"];
+    args.extend(set);
+    let spawn = || {
+        env.command(&env.store(), &args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let a = spawn();
+    let a_pid = a.id() as u64;
+    let mut status = vec!["status", spec.as_str(), "--json"];
+    status.extend(set);
+    let mut running = false;
+    for _ in 0..600 {
+        let s = env.upcc(&status);
+        if s.code == 0
+            && s.json()["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|n| n["stage"] == "train" && n["running"]["pid"].as_u64() == Some(a_pid))
+        {
+            running = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(running, "the first process was never seen training");
+    let b = spawn();
     let ra = ran(a.wait_with_output().unwrap());
     let rb = ran(b.wait_with_output().unwrap());
     assert_eq!(ra.code, 0, "{ra:?}");
     assert_eq!(rb.code, 0, "{rb:?}");
     let (ja, jb) = (ra.json(), rb.json());
-    // Every node was executed by exactly one of the two.
+    // Every node was executed by exactly one of the two, and each executed some.
     let mut executed = ids_with(&ja, "executed");
     let eb = ids_with(&jb, "executed");
+    assert!(
+        !executed.is_empty() && !eb.is_empty(),
+        "both processes computed nodes: a executed {}, b {}",
+        executed.len(),
+        eb.len()
+    );
     for id in &eb {
         assert!(!executed.contains(id), "`{id}` was computed twice");
     }
@@ -43,10 +62,9 @@ fn two_processes_on_one_store_compute_each_node_once() {
     // Both saw the same results.
     assert_eq!(keys(&ja), keys(&jb));
     assert_eq!(ja["tables"], jb["tables"]);
-    let s = env
-        .upcc(&["status", &spec, "--json", "--set", "train.epochs=20"])
-        .json();
-    assert_eq!(s["fresh"], TINY_NODES);
+    let mut status = vec!["status", spec.as_str(), "--json"];
+    status.extend(set);
+    assert_eq!(env.upcc(&status).json()["fresh"], TINY_NODES);
 }
 
 #[test]

@@ -23,6 +23,7 @@ mod pickles;
 mod published;
 mod report;
 mod slurm;
+mod snapshots;
 mod specs;
 mod targets;
 mod util;

@@ -151,9 +151,7 @@ fn the_transcribed_table_10_matches_the_papers_latex_source_and_table_1() {
             .unwrap();
         assert_eq!(same[9], r[9], "{r:?}");
     }
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/paper/eci-pp.tex");
-    let Ok(tex) = std::fs::read_to_string(&path) else {
-        eprintln!("skipped the LaTeX comparison: {} is absent", path.display());
+    let Some(tex) = paper_tex() else {
         return;
     };
     for r in rows.iter().step_by(17) {
@@ -192,9 +190,7 @@ fn the_transcribed_table_1_matches_the_papers_latex_source() {
     assert_eq!(get("RCV1-10", "multi3", "spherepair", "ACC", "test"), 55.9);
     assert_eq!(get("Reuters", "lv0.01", "spherepair", "NMI", "train"), 48.7);
     // A sample against the LaTeX source itself, when it is beside the repository.
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/paper/eci-pp.tex");
-    let Ok(tex) = std::fs::read_to_string(&path) else {
-        eprintln!("skipped the LaTeX comparison: {} is absent", path.display());
+    let Some(tex) = paper_tex() else {
         return;
     };
     for r in rows.iter().step_by(29) {

@@ -43,6 +43,28 @@ pub fn line_of(text: &str, needle: &str) -> usize {
         .count()
 }
 
+/// The paper's LaTeX source, `../shared/paper/eci-pp.tex` beside the repository: `None` (the
+/// caller skips, saying so) where it is absent, unless `UPCC_TEST_PAPER` is set (CI sets it, as
+/// CI always has `../shared`): then an absent or unreadable file fails the test instead of
+/// letting it pass without comparing anything.
+pub fn paper_tex() -> Option<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/paper/eci-pp.tex");
+    match std::fs::read_to_string(&path) {
+        Ok(tex) => Some(tex),
+        Err(e) if std::env::var_os("UPCC_TEST_PAPER").is_some() => panic!(
+            "UPCC_TEST_PAPER is set but the paper's source {} cannot be read: {e}",
+            path.display()
+        ),
+        Err(_) => {
+            eprintln!(
+                "skipped the comparison with the paper's source: {} is absent (UPCC_TEST_PAPER=1 makes this a failure)",
+                path.display()
+            );
+            None
+        }
+    }
+}
+
 pub fn upcc_bin() -> &'static str {
     env!("CARGO_BIN_EXE_upcc")
 }
