@@ -93,11 +93,7 @@ impl CliError {
         self
     }
     pub fn exit_code(&self) -> i32 {
-        match self.tier {
-            Tier::User => 2,
-            Tier::Environment => 1,
-            Tier::Internal => 3,
-        }
+        self.tier.exit_code()
     }
     /// The error as `--json` prints it on stdout.
     pub fn to_json(&self) -> serde_json::Value {

@@ -11,39 +11,10 @@ use upcc_report::TableLayout;
 
 use crate::device::Compute;
 use crate::error::Result;
-use crate::spec::{axes_of, oracle_run_name, OraclePanels, Spec, TargetKind};
+use crate::spec::{axes_of, oracle_run_name, OraclePanels, Spec};
 use crate::stage;
-use crate::stage::table::{
-    FigureTask, SweepTask, TableInput, TableSource, TableTask, ValuesTask, FIGURE_VERSION,
-    TABLE_VERSION,
-};
-use crate::wiring::{fmt_f, input, Cell, NodeSpec, Numerics, Wiring};
-
-/// A cell × trial of a target and the node whose output the target reads (metrics for
-/// tables, the expert node for expert tables, the training node for figures).
-#[derive(Clone, Debug)]
-pub struct CellTrial {
-    pub coords: BTreeMap<String, String>,
-    pub trial: u64,
-    pub leaf: usize,
-    pub output: &'static str,
-    /// Figures: the training node of the same cell under oracle judgments (panels G, H).
-    pub oracle_leaf: Option<usize>,
-}
-
-/// A target as built: its table node and cells.
-#[derive(Clone, Debug)]
-pub struct TargetNodes {
-    pub name: String,
-    pub kind: TargetKind,
-    /// The table or figure node.
-    pub node: usize,
-    pub layout: TableLayout,
-    pub cells: Vec<CellTrial>,
-    pub inputs: Vec<TableInput>,
-    /// Results per cell when complete (trials; 1 for selections and shared experts).
-    pub trials: usize,
-}
+use crate::target::{CellTrial, Cells, NodeCx, PublishedAs, TableInput, TargetNodes};
+use crate::wiring::{fmt_f, input, Cell, Wiring};
 
 pub struct Built {
     pub dag: Dag,
@@ -84,7 +55,9 @@ fn build_with(
             .budget
             .clone()
             .unwrap_or_else(|| vec![params.constraints.budget]);
-        let selection = target.kind == TargetKind::Selection;
+        let kind = target.kind;
+        let selection = kind.cells() == Cells::Selections;
+        let diagnostics = kind.cells() == (Cells::Runs { diagnostics: true });
         let oracle_panels = target.oracle_panels.unwrap_or_default();
         // Experts shared by the trials are one result per setting.
         let expert_trials: Vec<u64> = if params.expert_sharing.per_trial {
@@ -92,13 +65,7 @@ fn build_with(
         } else {
             spec.trials[..1].to_vec()
         };
-        let trials = match target.kind {
-            TargetKind::Selection | TargetKind::BlindSpots | TargetKind::ConstraintValues => 1,
-            TargetKind::Experts => expert_trials.len(),
-            TargetKind::Table | TargetKind::Figure | TargetKind::Sweep | TargetKind::Runtime => {
-                spec.trials.len()
-            }
-        };
+        let trials = kind.cells().trials(spec.trials.len(), expert_trials.len());
         let mut cells = Vec::new();
         // Published values of the cells, keyed by coordinates (the first trial's pass).
         let published = spec.published.get(tname);
@@ -111,7 +78,7 @@ fn build_with(
             let feat = stage::features::wire(&mut w, ds)?;
             for sup in &g.supervision {
                 let sspec = spec.supervision(sup);
-                if target.kind == TargetKind::ConstraintValues {
+                if kind.cells() == Cells::ConstraintRecords {
                     // The first trial's records: the distribution, not its spread.
                     for &pi in &corruptions {
                         for &budget in &budgets {
@@ -149,7 +116,9 @@ fn build_with(
                     }
                     continue;
                 }
-                if let Some(p) = published.filter(|_| target.kind == TargetKind::Experts) {
+                if let Some(p) =
+                    published.filter(|_| kind.published() == Some(PublishedAs::PrintedScores))
+                {
                     let coords = BTreeMap::from([
                         ("dataset".to_string(), ds.clone()),
                         ("supervision".to_string(), sup.clone()),
@@ -164,8 +133,8 @@ fn build_with(
                         });
                     }
                 }
-                if target.kind.per_setting() {
-                    let seeds = if target.kind == TargetKind::BlindSpots {
+                if let Cells::Experts { first_seed_only } = kind.cells() {
+                    let seeds = if first_seed_only {
                         &expert_trials[..1]
                     } else {
                         &expert_trials[..]
@@ -254,14 +223,14 @@ fn build_with(
                                     )?;
                                     let metrics =
                                         stage::metrics::wire(&mut w, nodes.assignments, &cell)?;
-                                    let (leaf, output) = if target.kind == TargetKind::Figure {
+                                    let (leaf, output) = if diagnostics {
                                         (nodes.train, "diagnostics")
                                     } else {
                                         (metrics, "metrics")
                                     };
                                     // Panels G and H: the same cell on oracle judgments.
-                                    let figure_run = target.kind == TargetKind::Figure
-                                        && oracle_panels == OraclePanels::Run;
+                                    let figure_run =
+                                        diagnostics && oracle_panels == OraclePanels::Run;
                                     let oracle_leaf =
                                         match spec.oracle_runs.get_key_value(&oracle_run_name(sup))
                                         {
@@ -309,50 +278,48 @@ fn build_with(
                 (a.to_string(), vals)
             })
             .collect();
-        let experts = target.kind.per_setting();
+        let experts = kind.cells().per_setting();
         let mut settings = params.table.clone();
         if experts {
             // The experts table shows accuracies only: the NMI variant does not touch it.
             settings.nmi = upcc_report::TableSettings::default().nmi;
         }
         // Blind-spot, selection and runtime tables: the printed values of their cells.
-        let published_text = published
+        let printed = match kind.published() {
+            Some(PublishedAs::Printed(comparison)) => Some(comparison),
+            _ => None,
+        };
+        let published_text = published.zip(printed).map(|(p, comparison)| {
+            let mut values: Vec<upcc_report::published::PublishedText> = Vec::new();
+            for c in &cells {
+                let coord: Vec<String> = axes
+                    .iter()
+                    .map(|(a, _)| c.coords.get(a).cloned().unwrap_or_default())
+                    .collect();
+                if values.iter().any(|v| v.coord == coord) {
+                    continue;
+                }
+                if let Some(text) = p.printed_at(&c.coords) {
+                    values.push(upcc_report::published::PublishedText {
+                        coord,
+                        text: text.to_string(),
+                    });
+                }
+            }
+            upcc_report::published::PublishedTexts {
+                source: p.source.clone(),
+                comparison,
+                values,
+                device: p.device.clone(),
+            }
+        });
+        let published = published
             .filter(|_| {
                 matches!(
-                    target.kind,
-                    TargetKind::BlindSpots | TargetKind::Selection | TargetKind::Runtime
+                    kind.published(),
+                    Some(PublishedAs::Scores | PublishedAs::PrintedScores)
                 )
             })
-            .map(|p| {
-                let mut values: Vec<upcc_report::published::PublishedText> = Vec::new();
-                for c in &cells {
-                    let coord: Vec<String> = axes
-                        .iter()
-                        .map(|(a, _)| c.coords.get(a).cloned().unwrap_or_default())
-                        .collect();
-                    if values.iter().any(|v| v.coord == coord) {
-                        continue;
-                    }
-                    if let Some(text) = p.printed_at(&c.coords) {
-                        values.push(upcc_report::published::PublishedText {
-                            coord,
-                            text: text.to_string(),
-                        });
-                    }
-                }
-                upcc_report::published::PublishedTexts {
-                    source: p.source.clone(),
-                    comparison: match target.kind {
-                        TargetKind::BlindSpots => upcc_report::published::Comparison::Exact,
-                        TargetKind::Selection => upcc_report::published::Comparison::Number,
-                        _ => upcc_report::published::Comparison::Duration,
-                    },
-                    values,
-                    device: p.device.clone(),
-                }
-            });
-        let published = published
-            .filter(|_| matches!(target.kind, TargetKind::Table | TargetKind::Experts))
             .map(|p| upcc_report::published::Published {
                 source: p.source.clone(),
                 values: published_cells
@@ -419,84 +386,22 @@ fn build_with(
                 Some((ti.input.clone(), format!("o{i}")))
             })
             .collect();
-        let node = match target.kind {
-            TargetKind::Table
-            | TargetKind::Experts
-            | TargetKind::Selection
-            | TargetKind::BlindSpots
-            | TargetKind::Runtime => w.add(NodeSpec {
-                id: format!("table/{tname}"),
-                stage: "table",
-                version: TABLE_VERSION,
-                numerics: Numerics::Exact,
-                inputs: wires,
-                outputs: &["table", "markdown", "latex", "csv"],
-                labels: BTreeMap::from([
-                    ("stage".into(), "table".into()),
-                    ("target".into(), tname.clone()),
-                ]),
-                resources: Wiring::small(256),
-                task: TableTask {
-                    source: TableSource::of(target.kind),
-                    layout: layout.clone(),
-                    trials,
-                    inputs: inputs.clone(),
-                },
-            })?,
-            TargetKind::Figure => figure_node(
-                &mut w,
-                tname,
+        let node = kind.node(
+            &mut w,
+            NodeCx {
+                name: tname,
+                target,
                 wires,
-                256,
-                FigureTask {
-                    kind: "figure",
-                    title: layout.title.clone(),
-                    inputs: inputs.clone(),
-                    oracle_inputs,
-                    std_ddof: params.table.std_ddof,
-                },
-            )?,
-            TargetKind::Sweep => figure_node(
-                &mut w,
-                tname,
-                wires,
-                256,
-                SweepTask {
-                    kind: "sweep",
-                    layout: layout.clone(),
-                    axes: upcc_report::sweep::SweepAxes {
-                        x: target.x.clone().unwrap_or_default(),
-                        lines: match target.lines.as_deref() {
-                            Some("none") => None,
-                            Some(l) => Some(l.to_string()),
-                            None => Some("method".into()),
-                        },
-                        split: if target.splits.iter().any(|s| s == "test") {
-                            "test".into()
-                        } else {
-                            target.splits[0].clone()
-                        },
-                        x_labels: target.x_labels.clone(),
-                        x_title: target.x_title.clone(),
-                    },
-                    inputs: inputs.clone(),
-                },
-            )?,
-            TargetKind::ConstraintValues => figure_node(
-                &mut w,
-                tname,
-                wires,
-                512,
-                ValuesTask {
-                    kind: "constraint-values",
-                    title: layout.title.clone(),
-                    inputs: inputs.clone(),
-                },
-            )?,
-        };
+                layout: &layout,
+                inputs: &inputs,
+                oracle_inputs,
+                trials,
+                std_ddof: params.table.std_ddof,
+            },
+        )?;
         targets.push(TargetNodes {
             name: tname.clone(),
-            kind: target.kind,
+            kind,
             node,
             layout,
             cells,
@@ -509,29 +414,5 @@ fn build_with(
         dag: w.build(),
         targets,
         memory_needs,
-    })
-}
-
-/// A figure target's node (`figure/NAME`: PNG, SVG and the plotted values).
-fn figure_node<T: upcc_engine::Task + serde::Serialize + 'static>(
-    w: &mut Wiring,
-    tname: &str,
-    inputs: Vec<(String, upcc_engine::InputDef)>,
-    memory_mb: u64,
-    task: T,
-) -> Result<usize> {
-    w.add(NodeSpec {
-        id: format!("figure/{tname}"),
-        stage: "figure",
-        version: FIGURE_VERSION,
-        numerics: Numerics::Exact,
-        inputs,
-        outputs: &["png", "svg", "table"],
-        labels: BTreeMap::from([
-            ("stage".into(), "figure".into()),
-            ("target".into(), tname.to_string()),
-        ]),
-        resources: Wiring::small(memory_mb),
-        task,
     })
 }

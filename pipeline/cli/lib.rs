@@ -14,6 +14,7 @@ pub mod select;
 pub mod slurm;
 pub mod spec;
 pub mod stage;
+pub mod target;
 pub mod wiring;
 
 use clap::Parser;

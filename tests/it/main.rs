@@ -16,6 +16,7 @@ mod golden;
 mod gpu_scripts;
 mod hardening;
 mod interop;
+mod layers;
 mod methods;
 mod numerics;
 mod params;

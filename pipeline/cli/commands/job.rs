@@ -113,10 +113,7 @@ pub fn job(args: &JobArgs, env: &Env) -> Result<i32> {
     if n.outcome != Outcome::Failed {
         crate::slurm::remove_record(&store, &recipe);
     }
-    Ok(match report.failure_tier() {
-        None => 0,
-        Some(upcc_engine::Tier::User) => 2,
-        Some(upcc_engine::Tier::Environment) => 1,
-        Some(upcc_engine::Tier::Internal) => 3,
-    })
+    Ok(report
+        .failure_tier()
+        .map_or(0, upcc_engine::Tier::exit_code))
 }

@@ -12,9 +12,11 @@ use upcc_engine::{plan, InputDef, Manifest, NodeStatus, PlanEntry, Store};
 use super::context::{self as commands, Env};
 use crate::cli::ReportArgs;
 use crate::error::{CliError, Result};
-use crate::graph::{build, TargetNodes};
-use crate::spec::{self, Spec, TargetKind};
-use crate::stage::table::{render_target, TableInput, TableSource};
+use crate::graph::build;
+use crate::spec::{self, Spec};
+use crate::target::runtime::{fresh_manifest, runtime_table, training_time, Durations};
+use crate::target::table::render_target;
+use crate::target::{TableInput, TargetKind, TargetNodes, View};
 
 /// The files a report writes into a target's folder.
 const REPORT_FILES: [&str; 8] = [
@@ -183,20 +185,6 @@ fn work_node(dag: &upcc_engine::Dag, leaf: usize) -> usize {
     leaf
 }
 
-/// Recorded wall time per node index (`None`: not computed), read once per report: shared
-/// upstream nodes (pretraining, searches) are reached from many cells.
-/// Each training node's recorded wall time and what it ran on (`None`: not computed).
-pub(crate) type Durations = std::collections::HashMap<usize, Option<(f64, String)>>;
-
-/// What a manifest says its node ran on: the GPU's model, else the CPU's with the threads.
-fn ran_on(m: &Manifest) -> String {
-    let p = &m.provenance;
-    match p.libraries.get("device.gpu") {
-        Some(gpu) => gpu.clone(),
-        None => format!("{}, {} threads", p.cpu, p.threads),
-    }
-}
-
 /// The summed wall time of the trainings upstream of `leaf` (nodes with a device numerics
 /// class, except the simulated experts), or `None` if one of them is not computed.
 fn training_seconds(
@@ -207,108 +195,6 @@ fn training_seconds(
     durations: &mut Durations,
 ) -> Result<Option<f64>> {
     Ok(training_time(dag, entries, store, leaf, durations)?.map(|(s, _)| s))
-}
-
-/// [`training_seconds`] and the devices those trainings ran on.
-fn training_time(
-    dag: &upcc_engine::Dag,
-    entries: &[PlanEntry],
-    store: &Store,
-    leaf: usize,
-    durations: &mut Durations,
-) -> Result<Option<(f64, BTreeSet<String>)>> {
-    let mut stack = vec![leaf];
-    let mut seen = BTreeSet::new();
-    let mut total = 0.0;
-    let mut devices = BTreeSet::new();
-    while let Some(i) = stack.pop() {
-        if !seen.insert(i) {
-            continue;
-        }
-        let n = dag.node(i);
-        if n.numerics != "exact" && n.stage != "expert" {
-            let d = match durations.get(&i) {
-                Some(d) => d.clone(),
-                None => {
-                    let d = fresh_manifest(store, &entries[i])?
-                        .map(|m| (m.provenance.duration_s, ran_on(&m)));
-                    durations.insert(i, d.clone());
-                    d
-                }
-            };
-            match d {
-                Some((d, device)) => {
-                    total += d;
-                    devices.insert(device);
-                }
-                None => return Ok(None),
-            }
-        }
-        for (_, input) in &n.inputs {
-            if let InputDef::Node { node, .. } = input {
-                stack.push(node.0);
-            }
-        }
-    }
-    Ok(Some((total, devices)))
-}
-
-/// A runtime target (the paper's Table 11): per cell, the mean over its timed trials of the
-/// wall time of every training upstream of it (pretraining and searches included), from the
-/// manifests. Wall time is provenance, not content: the table is composed when shown.
-pub(crate) fn runtime_table(
-    t: &TargetNodes,
-    dag: &upcc_engine::Dag,
-    entries: &[PlanEntry],
-    store: &Store,
-    durations: &mut Durations,
-) -> Result<upcc_report::Rendered> {
-    use upcc_report::text::{hms, render_text, TextCell};
-    type ByCell<'a> = Vec<(
-        &'a std::collections::BTreeMap<String, String>,
-        Vec<f64>,
-        BTreeSet<String>,
-    )>;
-    let mut by_cell: ByCell = Vec::new();
-    for cell in &t.cells {
-        let s = training_time(dag, entries, store, cell.leaf, durations)?;
-        let i = match by_cell.iter().position(|(c, _, _)| *c == &cell.coords) {
-            Some(i) => i,
-            None => {
-                by_cell.push((&cell.coords, vec![], BTreeSet::new()));
-                by_cell.len() - 1
-            }
-        };
-        if let Some((secs, devices)) = s {
-            by_cell[i].1.push(secs);
-            by_cell[i].2.extend(devices);
-        }
-    }
-    let cells: Vec<TextCell> = by_cell
-        .into_iter()
-        .filter(|(_, s, _)| !s.is_empty())
-        .map(|(coords, s, devices)| {
-            let mean = s.iter().sum::<f64>() / s.len() as f64;
-            let text = if s.len() < t.trials {
-                format!("{} ({} of {} trials)", hms(mean), s.len(), t.trials)
-            } else {
-                hms(mean)
-            };
-            TextCell {
-                coords: coords.clone(),
-                latex: text.clone(),
-                text,
-                value: Some(mean),
-                device: Some(devices.into_iter().collect::<Vec<_>>().join(" / ")),
-            }
-        })
-        .collect();
-    render_text(
-        &t.layout,
-        &cells,
-        "Mean wall-clock training time per trial (pretraining and hyperparameter searches included, the simulated experts not), from the recorded times of this store's nodes",
-    )
-    .map_err(|e| CliError::env(e.to_string()))
 }
 
 /// Per cell (trials pooled): mean training wall time and the trials it is over.
@@ -332,13 +218,6 @@ fn training_times(cells: &[CellRow]) -> Vec<(String, f64, usize, usize)> {
         .filter(|(_, t, _)| !t.is_empty())
         .map(|(l, t, n)| (l, t.iter().sum::<f64>() / t.len() as f64, t.len(), n))
         .collect()
-}
-
-fn fresh_manifest(store: &Store, e: &PlanEntry) -> Result<Option<Manifest>> {
-    match (e.status, e.key) {
-        (NodeStatus::Fresh, Some(k)) => Ok(store.fresh_manifest(&k)?),
-        _ => Ok(None),
-    }
 }
 
 fn write_target(
@@ -377,7 +256,7 @@ fn write_target(
             manifest: fresh_manifest(store, &entries[work])?,
             training_s: training_seconds(dag, entries, store, cell.leaf, durations)?,
         });
-        if t.kind.is_figure() || t.kind == TargetKind::Runtime {
+        if t.kind.view() != View::Table {
             continue;
         }
         if let Some(m) = fresh_manifest(store, e)? {
@@ -391,7 +270,7 @@ fn write_target(
     }
     let mut files = Vec::new();
     let mut figure = None;
-    let markdown = if t.kind.is_figure() {
+    let markdown = if t.kind.view() == View::Figure {
         let e = &entries[t.node];
         let mut drawn = false;
         if let (Some(m), Some(key)) = (fresh_manifest(store, e)?, e.key) {
@@ -430,10 +309,10 @@ fn write_target(
     } else {
         let inputs: Vec<(&TableInput, &[u8])> =
             found.iter().map(|(i, b)| (*i, b.as_slice())).collect();
-        let r = if t.kind == TargetKind::Runtime {
+        let r = if t.kind.view() == View::Runtime {
             runtime_table(t, dag, entries, store, durations)?
         } else {
-            render_target(TableSource::of(t.kind), &t.layout, &inputs, t.trials)
+            render_target(t.kind.table_source(), &t.layout, &inputs, t.trials)
                 .map_err(|e| CliError::env(e.to_string()))?
         };
         for (file, bytes) in [
@@ -558,7 +437,7 @@ fn index_html(spec: &Spec, store: &Store, written: &[Written]) -> String {
             esc(&w.name),
             esc(&w.title),
             esc(&w.name),
-            format!("{:?}", w.kind).to_lowercase()
+            w.kind.name()
         );
         if let Some(f) = &w.figure {
             let _ = writeln!(

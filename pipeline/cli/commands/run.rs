@@ -13,8 +13,9 @@ use crate::cli::{ExecutorArg, ProgressArg, RunArgs};
 use crate::error::{CliError, Result};
 use crate::progress::{Progress, ProgressMode};
 use crate::select;
-use crate::spec::TargetKind;
-use crate::stage::table::{render_target, TableInput, TableSource};
+use crate::target::runtime::{runtime_table, Durations};
+use crate::target::table::render_target;
+use crate::target::{TableInput, View};
 
 /// What `run` shows for the targets it touched: tables rendered from whatever is fresh, and
 /// where figures are.
@@ -29,7 +30,7 @@ pub(crate) fn render_views(
     let dag = &loaded.built.dag;
     let entries = plan(dag, store, &loaded.spec.file.name)?;
     let mut out = Vec::new();
-    let mut targets: Vec<&crate::graph::TargetNodes> = loaded.built.targets.iter().collect();
+    let mut targets: Vec<&crate::target::TargetNodes> = loaded.built.targets.iter().collect();
     // In the order the spec declares them.
     targets.sort_by_key(|t| {
         loaded
@@ -45,18 +46,12 @@ pub(crate) fn render_views(
         if !involved {
             continue;
         }
-        if t.kind == TargetKind::Runtime {
-            let r = super::report::runtime_table(
-                t,
-                dag,
-                &entries,
-                store,
-                &mut super::report::Durations::new(),
-            )?;
+        if t.kind.view() == View::Runtime {
+            let r = runtime_table(t, dag, &entries, store, &mut Durations::new())?;
             out.push((t.name.clone(), r.markdown));
             continue;
         }
-        if t.kind.is_figure() {
+        if t.kind.view() == View::Figure {
             let fresh = entries[t.node]
                 .key
                 .filter(|_| entries[t.node].status == NodeStatus::Fresh);
@@ -92,7 +87,7 @@ pub(crate) fn render_views(
             out.push((t.name.clone(), text));
             continue;
         }
-        let source = TableSource::of(t.kind);
+        let source = t.kind.table_source();
         let mut found: Vec<(&TableInput, Vec<u8>)> = Vec::new();
         for (cell, input) in t.cells.iter().zip(&t.inputs) {
             let e = &entries[cell.leaf];
@@ -305,12 +300,9 @@ pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
             if elsewhere > 0 { format!(" ({elsewhere} by another process)") } else { String::new() }
         );
     }
-    Ok(match report.failure_tier() {
-        None => 0,
-        Some(upcc_engine::Tier::User) => 2,
-        Some(upcc_engine::Tier::Environment) => 1,
-        Some(upcc_engine::Tier::Internal) => 3,
-    })
+    Ok(report
+        .failure_tier()
+        .map_or(0, upcc_engine::Tier::exit_code))
 }
 
 /// `run --executor slurm`: submit a job per node to compute (reusing queued or running ones),

@@ -30,8 +30,10 @@ mod resolver;
 mod source;
 mod validate;
 
+pub use crate::target::TargetKind;
 pub use load::load;
 pub use resolver::Resolver;
+pub use source::Problems;
 pub use source::{locate_path, read_source, SpecSource};
 
 /// The embedded default spec (a copy of `experiments/smoke.yaml`).
@@ -431,81 +433,20 @@ impl PublishedTable {
     }
 }
 
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-pub enum TargetKind {
-    /// Clustering scores (ACC, NMI, ARI) of every cell, mean ± std over trials.
-    #[default]
-    Table,
-    /// Test accuracy of the simulated experts (group mean for multi-expert settings).
-    Experts,
-    /// ECI-PP's held-out diagnostics per iteration, drawn as the paper's 8-panel figure.
-    Figure,
-    /// The hyperparameter each cell's search chose by validation ACC (VolMaxDCC's λ, the
-    /// ensembles' α: the paper's Tables 5 and 6); one value per cell, no trials.
-    Selection,
-    /// A clustering metric (mean ± spread over trials) against one axis of the grid (`x`),
-    /// one line per value of another (`lines`, default `method`), a panel per metric and per
-    /// value of the remaining axes: the paper's robustness and sensitivity figures.
-    Sweep,
-    /// The unfamiliar-class counts of each setting's experts, e.g. `(4,3,3)`: the paper's
-    /// Table 2, read from the trained experts.
-    BlindSpots,
-    /// Histograms of the recorded constraint values of each setting (clean and corrupted
-    /// records stacked): the paper's constraint-value distribution figure.
-    ConstraintValues,
-    /// Wall-clock training time of each cell (pretraining and searches included), read from
-    /// the manifests' recorded times: the paper's Table 11.
-    Runtime,
-}
-
-impl TargetKind {
-    /// The name a spec writes (`kind: blind-spots`).
-    pub fn name(self) -> &'static str {
-        match self {
-            TargetKind::Table => "table",
-            TargetKind::Experts => "experts",
-            TargetKind::Figure => "figure",
-            TargetKind::Selection => "selection",
-            TargetKind::Sweep => "sweep",
-            TargetKind::BlindSpots => "blind-spots",
-            TargetKind::ConstraintValues => "constraint-values",
-            TargetKind::Runtime => "runtime",
-        }
-    }
-
-    /// Indexed by dataset and supervision only (no methods train for it).
-    pub fn per_setting(self) -> bool {
-        matches!(
-            self,
-            TargetKind::Experts | TargetKind::BlindSpots | TargetKind::ConstraintValues
-        )
-    }
-
-    /// Drawn (PNG, SVG and the plotted values) rather than tabulated.
-    pub fn is_figure(self) -> bool {
-        matches!(
-            self,
-            TargetKind::Figure | TargetKind::Sweep | TargetKind::ConstraintValues
-        )
-    }
-}
-
 impl TargetSpec {
+    /// The axes spanning the columns: the spec's, else the kind's default, else `method` (and
+    /// `pretrain` when the grid has it).
     pub fn columns(&self) -> Vec<String> {
-        match (&self.columns, &self.kind) {
-            (Some(c), _) => c.clone(),
-            (
-                None,
-                TargetKind::Experts
-                | TargetKind::Selection
-                | TargetKind::BlindSpots
-                | TargetKind::ConstraintValues,
-            ) => vec!["supervision".into()],
-            // The paper's Table 11: a column per dataset, a row per method.
-            (None, TargetKind::Runtime) => vec!["dataset".into()],
-            (None, _) if self.grid.pretrain.is_some() => vec!["method".into(), "pretrain".into()],
-            (None, _) => vec!["method".into()],
+        if let Some(c) = &self.columns {
+            return c.clone();
+        }
+        if let Some(d) = self.kind.default_columns() {
+            return d.iter().map(|s| s.to_string()).collect();
+        }
+        if self.grid.pretrain.is_some() {
+            vec!["method".into(), "pretrain".into()]
+        } else {
+            vec!["method".into()]
         }
     }
 }
@@ -630,12 +571,14 @@ impl Spec {
 pub fn axes_of(target: &TargetSpec) -> Vec<&'static str> {
     let g = &target.grid;
     let mut a = vec!["dataset", "supervision"];
-    if target.kind.per_setting() {
-        if target.kind == TargetKind::ConstraintValues {
+    match target.kind.cells() {
+        crate::target::Cells::ConstraintRecords => {
             a.extend(g.corruption.iter().map(|_| "corruption"));
             a.extend(g.budget.iter().map(|_| "budget"));
+            return a;
         }
-        return a;
+        crate::target::Cells::Experts { .. } => return a,
+        _ => {}
     }
     if g.corruption.is_some() {
         a.push("corruption");

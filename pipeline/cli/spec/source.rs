@@ -187,7 +187,8 @@ impl Locator<'_> {
     }
 }
 
-pub(crate) struct Problems<'a> {
+/// The problems of a spec found so far, each placed at its line or `--set`.
+pub struct Problems<'a> {
     pub(crate) at: Locator<'a>,
     pub(crate) list: Vec<SpecProblem>,
 }

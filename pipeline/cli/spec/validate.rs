@@ -555,18 +555,7 @@ pub(crate) fn validate(
     for (t, target) in &file.targets {
         let at = |field: &'static str| ["targets", t.as_str(), "grid", field];
         let g = &target.grid;
-        let experts = target.kind.per_setting();
-        let kind = target.kind.name();
-        if experts && !g.method.is_empty() {
-            p.add(&at("method"), format!("target `{t}` (kind: {kind}) is indexed by dataset and supervision only; remove `grid.method`"), None);
-        }
-        if experts
-            && (g.pretrain.is_some()
-                || (target.kind != TargetKind::ConstraintValues
-                    && (g.corruption.is_some() || g.budget.is_some())))
-        {
-            p.add(&at("dataset"), format!("target `{t}` (kind: {kind}) is indexed by dataset and supervision{}; remove the other axes from its grid", if target.kind == TargetKind::ConstraintValues { " (and corruption, budget)" } else { " only" }), None);
-        }
+        let experts = target.kind.cells().per_setting();
         for (axis, values, valid, what) in [
             ("dataset", &g.dataset, &ds, "dataset"),
             ("supervision", &g.supervision, &sv, "supervision setting"),
@@ -610,12 +599,6 @@ pub(crate) fn validate(
         }
         for m in &g.method {
             let Some(r) = methods.get(m) else { continue };
-            if target.kind == TargetKind::Selection && !r.method.needs_validation(&r.settings) {
-                p.add(&at("method"), format!("target `{t}` (kind: selection) shows what a hyperparameter search chose; method `{m}` ({}) searches none with these settings", r.method.kind()), Some("list methods with a search (volmax-dcc, sp-ea, wpp-ea, without a fixed `volmax.lambda` / `ensemble.alpha`)".into()));
-            }
-            if target.kind == TargetKind::Figure && !r.method.records_diagnostics() {
-                p.add(&at("method"), format!("target `{t}` (kind: figure) draws ECI-PP's held-out diagnostics; method `{m}` ({}) records none", r.method.kind()), None);
-            }
             if r.method.needs_multi_expert() {
                 for sup in &g.supervision {
                     if !file
@@ -651,102 +634,22 @@ pub(crate) fn validate(
                 file.supervision.get(sup),
                 Some(SupervisionSpec::File { .. })
             );
-            if experts && from_file && target.kind != TargetKind::ConstraintValues {
-                p.add(&at("supervision"), format!("target `{t}` (kind: {kind}): supervision `{sup}` comes from a file and has no experts"), None);
-            }
-            if experts
-                && target.kind != TargetKind::ConstraintValues
-                && matches!(
-                    file.supervision.get(sup),
-                    Some(SupervisionSpec::Oracle { .. })
-                )
-            {
-                p.add(&at("supervision"), format!("target `{t}` (kind: {kind}): supervision `{sup}` is the oracle's and has no trained experts"), None);
-            }
-            if target.kind == TargetKind::Figure && from_file {
-                p.add(&at("supervision"), format!("target `{t}` (kind: figure): supervision `{sup}` comes from a file, which has no held-out diagnostic set (it needs the experts' judgments and the oracle labels)"), Some("draw the figure for an expert supervision setting".into()));
-            }
             if from_file && (g.corruption.is_some() || g.budget.is_some()) {
                 p.add(&at("supervision"), format!("target `{t}`: supervision `{sup}` comes from a file, so it cannot vary `corruption` or `budget`"), None);
             }
         }
-        if target.kind == TargetKind::Figure && constraints.diagnostic_pairs == 0 {
-            p.add(
-                &["params", "constraints", "diagnostic_pairs"],
-                format!("`params.constraints.diagnostic_pairs` is 0, but target `{t}` (kind: figure) draws the held-out diagnostics of those pairs"),
-                Some("use at least 1 (the paper: 1000)".into()),
-            );
-        }
         let axes = axes_of(target);
-        if target.kind == TargetKind::Sweep {
-            match target.x.as_deref() {
-                None => p.add(
-                    &["targets", t.as_str(), "x"],
-                    format!("target `{t}` (kind: sweep) needs `x`: the grid axis along the x axis"),
-                    Some(format!("one of: {}", axes.join(", "))),
-                ),
-                Some(x) if !axes.contains(&x) => p.add(
-                    &["targets", t.as_str(), "x"],
-                    format!("target `{t}`: `x: {x}` is not an axis of its grid"),
-                    Some(format!("one of: {}", axes.join(", "))),
-                ),
-                Some(_) => {}
-            }
-            if let Some(x) = target.x.as_deref() {
-                let values: Vec<String> = match x {
-                    "dataset" => g.dataset.clone(),
-                    "supervision" => g.supervision.clone(),
-                    "method" => g.method.clone(),
-                    "corruption" => g
-                        .corruption
-                        .iter()
-                        .flatten()
-                        .map(|c| crate::wiring::fmt_f(*c))
-                        .collect(),
-                    "budget" => g.budget.iter().flatten().map(|b| b.to_string()).collect(),
-                    _ => g.pretrain.iter().flatten().map(|b| b.to_string()).collect(),
-                };
-                for k in target.x_labels.keys() {
-                    if !values.contains(k) {
-                        p.add(
-                            &["targets", t.as_str(), "x_labels", k.as_str()],
-                            format!("target `{t}`: `x_labels` names `{k}`, which is not a value of `x: {x}`"),
-                            Some(format!("values: {}", values.join(", "))),
-                        );
-                    }
-                }
-            }
-            let lines = target.lines.as_deref().unwrap_or("method");
-            if lines != "none" && !axes.contains(&lines) {
-                p.add(
-                    &["targets", t.as_str(), "lines"],
-                    format!("target `{t}`: `lines: {lines}` is not an axis of its grid"),
-                    Some(format!("one of: {}, or `none`", axes.join(", "))),
-                );
-            } else if target.x.as_deref() == Some(lines) {
-                p.add(
-                    &["targets", t.as_str(), "lines"],
-                    format!("target `{t}`: `lines` and `x` are both `{lines}`"),
-                    Some("draw one line per value of another axis (default `method`), or `lines: none`".into()),
-                );
-            }
-        } else {
-            let labelled = (!target.x_labels.is_empty()).then_some(());
-            for (field, set) in [
-                ("x", target.x.as_ref().map(|_| ())),
-                ("lines", target.lines.as_ref().map(|_| ())),
-                ("x_labels", labelled),
-                ("x_title", target.x_title.as_ref().map(|_| ())),
-            ] {
-                if set.is_some() {
-                    p.add(
-                        &["targets", t.as_str(), field],
-                        format!("target `{t}`: `{field}` places a sweep figure's axes; this target is of kind `{}`", target.kind.name()),
-                        Some("drop it, or make the target `kind: sweep`".into()),
-                    );
-                }
-            }
-        }
+        // What this kind needs of its section, and the fields other kinds own.
+        let cx = crate::target::CheckCx {
+            name: t,
+            target,
+            file: &file,
+            methods: &methods,
+            diagnostic_pairs: constraints.diagnostic_pairs,
+            axes: &axes,
+        };
+        target.kind.check(&cx, &mut p);
+        crate::target::check_own_fields(&cx, &mut p);
         for col in &target.columns() {
             if !axes.contains(&col.as_str()) {
                 let hint = if col == "pretrain" {
@@ -797,14 +700,7 @@ pub(crate) fn validate(
     // Figures draw panels G and H from a run on oracle judgments unless told otherwise.
     let mut oracle_runs = BTreeMap::new();
     for (t, target) in &file.targets {
-        if target.kind != TargetKind::Figure {
-            if target.oracle_panels.is_some() {
-                p.add(
-                    &["targets", t, "oracle_panels"],
-                    format!("target `{t}`: `oracle_panels` chooses where a figure's panels G and H come from; this target is of kind `{}`", target.kind.name()),
-                    Some("drop it, or make the target `kind: figure`".into()),
-                );
-            }
+        if target.kind.cells() != (crate::target::Cells::Runs { diagnostics: true }) {
             continue;
         }
         if target.oracle_panels.unwrap_or_default() != OraclePanels::Run {
@@ -837,27 +733,21 @@ pub(crate) fn validate(
             continue;
         };
         let at = |f: &'static str| ["targets", t.as_str(), "published", f];
-        if !matches!(
-            target.kind,
-            TargetKind::Table
-                | TargetKind::Experts
-                | TargetKind::BlindSpots
-                | TargetKind::Selection
-                | TargetKind::Runtime
-        ) {
-            p.add(&at("file"), format!("target `{t}`: `published` values are compared with tables (clustering, experts, blind-spot, selection and runtime tables); this target is of kind `{}`", target.kind.name()), None);
+        let Some(published_as) = target.kind.published() else {
+            let tables: Vec<&str> = crate::target::REGISTRY
+                .iter()
+                .filter(|k| k.published().is_some())
+                .map(|k| k.name())
+                .collect();
+            p.add(&at("file"), format!("target `{t}`: `published` values are compared with tables (kinds {}); this target is of kind `{}`", tables.join(", "), target.kind.name()), None);
             continue;
-        }
+        };
         for c in &ps.ignore {
             if !["pretrain", "corruption", "budget"].contains(&c.as_str()) {
                 p.add(&at("ignore"), format!("target `{t}`: `published.ignore` lists `{c}`; only `pretrain`, `corruption` and `budget` can be left unmatched"), None);
             }
         }
-        let (row_default, col_default) = if target.kind == TargetKind::Runtime {
-            ("method", "dataset")
-        } else {
-            ("dataset", "supervision")
-        };
+        let (row_default, col_default) = target.kind.published_axes();
         let row_axis = ps.rows.clone().unwrap_or_else(|| row_default.to_string());
         let column_axis = ps
             .columns
@@ -872,7 +762,7 @@ pub(crate) fn validate(
         let read = std::fs::read(&path)
             .map_err(|e| format!("cannot read `{}`: {e}", ps.file))
             .and_then(|bytes| {
-                if target.kind == TargetKind::Table {
+                if published_as == crate::target::PublishedAs::Scores {
                     upcc_report::published::read_scores(&bytes, &ps.file, &ps.table)
                         .map(|r| (r, vec![]))
                 } else {
@@ -882,7 +772,7 @@ pub(crate) fn validate(
             });
         let read = read.and_then(|(rows, printed)| {
             // An experts table's values are accuracies: numbers.
-            if target.kind == TargetKind::Experts {
+            if published_as == crate::target::PublishedAs::PrintedScores {
                 if let Some(c) = printed
                     .iter()
                     .find(|c| c.text.parse::<f64>().map_or(true, |v| !v.is_finite()))

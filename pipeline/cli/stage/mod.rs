@@ -9,4 +9,3 @@ pub mod fetch;
 pub mod metrics;
 pub mod pretrain;
 pub mod select;
-pub mod table;

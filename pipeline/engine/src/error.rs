@@ -15,6 +15,17 @@ pub enum Tier {
     Internal,
 }
 
+impl Tier {
+    /// The process exit code of an error of this tier: the one place it is decided.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Tier::User => 2,
+            Tier::Environment => 1,
+            Tier::Internal => 3,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error(transparent)]
