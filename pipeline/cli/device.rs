@@ -44,9 +44,9 @@ impl DeviceRequest {
     pub fn from_flag(flag: Option<&str>) -> Result<Self> {
         match flag {
             Some(s) => Self::parse(s),
-            None => match std::env::var("UPCC_DEVICE") {
-                Ok(v) => Self::parse(&v).map_err(|e| e.cause("from $UPCC_DEVICE")),
-                Err(_) => Ok(DeviceRequest::Auto),
+            None => match crate::env::device() {
+                Some(v) => Self::parse(&v).map_err(|e| e.cause("from $UPCC_DEVICE")),
+                None => Ok(DeviceRequest::Auto),
             },
         }
     }

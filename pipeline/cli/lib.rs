@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod commands;
 pub mod device;
+pub mod env;
 pub mod error;
 pub mod eta;
 pub mod graph;
@@ -35,7 +36,7 @@ pub fn main_entry() -> i32 {
         }
     };
     init_tracing(cli.verbose);
-    if let Err(e) = check_env() {
+    if let Err(e) = env::check() {
         eprint!("{e}");
         return e.exit_code();
     }
@@ -71,15 +72,6 @@ pub fn main_entry() -> i32 {
     }
 }
 
-/// The variables that stand in for flags (clap reads them), with their flags.
-const ENV_FLAGS: [(&str, &str); 5] = [
-    ("UPCC_THREADS", "--threads"),
-    ("UPCC_NODE_THREADS", "--node-threads"),
-    ("UPCC_EXECUTOR", "--executor"),
-    ("UPCC_GPUS", "--gpus"),
-    ("UPCC_NUMERICS", "--numerics"),
-];
-
 /// Clap's errors that do not say what to fix: an argument that is not UTF-8 (which one), and a
 /// bad value that came from an environment variable (which variable).
 fn explain_clap_error(e: &clap::Error) -> Option<(String, String)> {
@@ -108,7 +100,7 @@ fn explain_clap_error(e: &clap::Error) -> Option<(String, String)> {
                         .is_some_and(|a| a == flag || a.starts_with(&format!("{flag}=")))
                 })
             };
-            let (var, flag) = ENV_FLAGS.iter().find(|(var, flag)| {
+            let (var, flag) = env::FLAG_VARS.iter().find(|(var, flag)| {
                 std::env::var_os(var).is_some()
                     && !given(flag)
                     && text.contains(&format!("'{flag}"))
@@ -127,49 +119,6 @@ fn explain_clap_error(e: &clap::Error) -> Option<(String, String)> {
         }
         _ => None,
     }
-}
-
-/// The `UPCC_*` variables upcc reads itself (not through clap): a value it cannot use is an
-/// error naming the variable, never silently replaced by the default.
-fn check_env() -> error::Result<()> {
-    let bad = |var: &str, value: &str, want: &str| {
-        error::CliError::user(format!(
-            "environment variable {var}=`{value}` is not valid: it must be {want}"
-        ))
-        .hint(format!("fix it or unset it (`unset {var}`)"))
-    };
-    for var in ["UPCC_LEASE_HEARTBEAT_S", "UPCC_LEASE_EXPIRY_S"] {
-        if let Some(v) = std::env::var_os(var) {
-            let v = v.to_string_lossy();
-            if !v
-                .trim()
-                .parse::<f64>()
-                .is_ok_and(|s| s.is_finite() && s > 0.0)
-            {
-                return Err(bad(var, &v, "a number of seconds > 0"));
-            }
-        }
-    }
-    if let Some(v) = std::env::var_os("UPCC_STORE_SHARED") {
-        let v = v.to_string_lossy();
-        if !["", "0", "1"].contains(&v.as_ref()) {
-            return Err(bad(
-                "UPCC_STORE_SHARED",
-                &v,
-                "1 (a group-shared store) or 0",
-            ));
-        }
-    }
-    if let Some(v) = std::env::var_os("UPCC_DEVICE") {
-        if v.to_str().is_none() {
-            return Err(bad(
-                "UPCC_DEVICE",
-                &v.to_string_lossy(),
-                "auto, cpu, cuda or cuda:N",
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// The subcommand word of the arguments, for hints.

@@ -146,8 +146,8 @@ impl SlurmSettings {
 /// The user config file: `$UPCC_CONFIG`, else `$XDG_CONFIG_HOME/upcc/config.yaml`, else
 /// `~/.config/upcc/config.yaml`. Its `executor:` section applies where a spec has none.
 pub fn user_config_path() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("UPCC_CONFIG") {
-        return Some(PathBuf::from(p));
+    if let Some(p) = crate::env::config() {
+        return Some(p);
     }
     let base = std::env::var_os("XDG_CONFIG_HOME")
         .map(PathBuf::from)

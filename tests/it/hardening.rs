@@ -144,6 +144,22 @@ fn invalid_environment_variables_are_named() {
         assert!(r.stderr.contains(&format!("unset {var}")), "{var}: {r:?}");
         assert!(!env.store().exists(), "{var}: a store was created");
     }
+    // `upcc job` has no --threads and reads UPCC_THREADS itself; `status` does not read it:
+    // a bad value is named all the same, never replaced by the default.
+    for args in [
+        vec!["status", spec.as_str()],
+        vec!["job", spec.as_str(), "features/blobs", "--recipe", "r.json"],
+    ] {
+        let out = env
+            .command(&env.store(), &args)
+            .env("UPCC_THREADS", "0")
+            .output()
+            .unwrap();
+        let r = ran(out);
+        assert_eq!(r.code, 2, "{args:?}: {r:?}");
+        assert!(r.stderr.contains("UPCC_THREADS=`0`"), "{args:?}: {r:?}");
+        assert!(!env.store().exists(), "{args:?}: a store was created");
+    }
 }
 
 #[test]

@@ -13,12 +13,13 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("cli", &[]),
     ("build", &[]),
     ("progress", &[]),
-    ("device", &["error"]),
+    ("env", &["error"]),
+    ("device", &["error", "env"]),
     ("eta", &["error"]),
-    ("slurm", &["error"]),
+    ("slurm", &["error", "env"]),
     ("spec", &["error", "method", "target", "slurm"]),
     ("wiring", &["error", "device", "spec"]),
-    ("stage", &["error", "device", "spec", "wiring"]),
+    ("stage", &["error", "device", "env", "spec", "wiring"]),
     ("method", &["error", "device", "spec", "stage", "wiring"]),
     ("target", &["error", "spec", "wiring"]),
     (
@@ -31,7 +32,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "commands",
         &[
-            "cli", "device", "error", "eta", "graph", "progress", "select", "slurm", "spec",
+            "cli", "device", "env", "error", "eta", "graph", "progress", "select", "slurm", "spec",
             "stage", "method", "target", "wiring",
         ],
     ),

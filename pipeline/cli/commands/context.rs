@@ -18,13 +18,13 @@ use crate::spec::{self, Spec};
 /// The store named by `--store`, else `$UPCC_STORE`, else `artifacts/`.
 pub fn store_path(flag: &Option<PathBuf>) -> PathBuf {
     flag.clone()
-        .or_else(|| std::env::var_os("UPCC_STORE").map(PathBuf::from))
+        .or_else(crate::env::store)
         .unwrap_or_else(|| PathBuf::from("artifacts"))
 }
 
 pub(crate) fn open_store(flag: &Option<PathBuf>, create: bool) -> Result<Store> {
     let path = store_path(flag);
-    let shared = std::env::var("UPCC_STORE_SHARED").is_ok_and(|v| v == "1");
+    let shared = crate::env::store_shared();
     let r = if create {
         Store::open_or_create(&path, shared)
     } else {

@@ -18,11 +18,7 @@ pub fn job(args: &JobArgs, env: &Env) -> Result<i32> {
         set: args.set.clone(),
         json: false,
     };
-    let threads = std::env::var("UPCC_THREADS")
-        .ok()
-        .and_then(|t| t.parse::<usize>().ok())
-        .unwrap_or_else(default_threads)
-        .max(1);
+    let threads = crate::env::threads().unwrap_or_else(default_threads).max(1);
     // A job plans with the numerics class its driver planned with, so that a node that does
     // not train (features, k-means, metrics, tables) runs on a machine without the driver's
     // device; a node that trains opens this machine's device, which must compute that class.

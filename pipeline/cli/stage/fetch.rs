@@ -299,8 +299,7 @@ enum Attempt {
 
 impl Task for FetchTask {
     fn run(&self, ctx: &mut TaskContext) -> std::result::Result<(), TaskError> {
-        let mirror = std::env::var_os("UPCC_DATA_MIRROR")
-            .map(|m| PathBuf::from(m).join(file_name(&self.url)));
+        let mirror = crate::env::data_mirror().map(|m| m.join(file_name(&self.url)));
         // A local copy is used only when its digest matched (or it is the spec's own copy
         // and there is no digest), so only a download still needs checking.
         let local = self

@@ -1,0 +1,102 @@
+//! The `UPCC_*` environment variables: every one upcc reads at run time, read here and only
+//! here, one way. A variable that is set but unusable is an error naming it (exit 2 before
+//! anything runs), never silently replaced by the default. Those that stand in for flags
+//! ([`FLAG_VARS`]) are read by clap with their flags; the engine reads its lease timings
+//! itself (it knows nothing of this crate), and [`check`] vets them first.
+
+use std::path::PathBuf;
+
+use crate::error::{CliError, Result};
+
+/// The variables that stand in for flags (clap reads them), with their flags.
+pub const FLAG_VARS: [(&str, &str); 5] = [
+    ("UPCC_THREADS", "--threads"),
+    ("UPCC_NODE_THREADS", "--node-threads"),
+    ("UPCC_EXECUTOR", "--executor"),
+    ("UPCC_GPUS", "--gpus"),
+    ("UPCC_NUMERICS", "--numerics"),
+];
+
+/// The store (`--store` wins): `$UPCC_STORE`, any path.
+pub fn store() -> Option<PathBuf> {
+    std::env::var_os("UPCC_STORE").map(PathBuf::from)
+}
+
+/// Whether a new store is made group-shared: `$UPCC_STORE_SHARED=1` ([`check`] refuses other
+/// values than 1, 0 and empty).
+pub fn store_shared() -> bool {
+    std::env::var_os("UPCC_STORE_SHARED").is_some_and(|v| v == "1")
+}
+
+/// The training device (`--device` wins): `$UPCC_DEVICE` (UTF-8, vetted by [`check`]).
+pub fn device() -> Option<String> {
+    std::env::var_os("UPCC_DEVICE").map(|v| v.to_string_lossy().into_owned())
+}
+
+/// The CPU threads of `upcc job` (which has no `--threads`): `$UPCC_THREADS`, a whole number
+/// ≥ 1 (vetted by [`check`]).
+pub fn threads() -> Option<usize> {
+    std::env::var("UPCC_THREADS")
+        .ok()
+        .and_then(|t| t.trim().parse::<usize>().ok())
+        .filter(|&t| t >= 1)
+}
+
+/// The user config file: `$UPCC_CONFIG`.
+pub fn config() -> Option<PathBuf> {
+    std::env::var_os("UPCC_CONFIG").map(PathBuf::from)
+}
+
+/// A folder of dataset files put there by hand (for offline machines): `$UPCC_DATA_MIRROR`.
+pub fn data_mirror() -> Option<PathBuf> {
+    std::env::var_os("UPCC_DATA_MIRROR").map(PathBuf::from)
+}
+
+/// The `UPCC_*` variables upcc reads itself (not through clap): a value it cannot use is an
+/// error naming the variable, never silently replaced by the default.
+pub fn check() -> Result<()> {
+    let bad = |var: &str, value: &str, want: &str| {
+        CliError::user(format!(
+            "environment variable {var}=`{value}` is not valid: it must be {want}"
+        ))
+        .hint(format!("fix it or unset it (`unset {var}`)"))
+    };
+    for var in ["UPCC_LEASE_HEARTBEAT_S", "UPCC_LEASE_EXPIRY_S"] {
+        if let Some(v) = std::env::var_os(var) {
+            let v = v.to_string_lossy();
+            if !v
+                .trim()
+                .parse::<f64>()
+                .is_ok_and(|s| s.is_finite() && s > 0.0)
+            {
+                return Err(bad(var, &v, "a number of seconds > 0"));
+            }
+        }
+    }
+    if let Some(v) = std::env::var_os("UPCC_STORE_SHARED") {
+        let v = v.to_string_lossy();
+        if !["", "0", "1"].contains(&v.as_ref()) {
+            return Err(bad(
+                "UPCC_STORE_SHARED",
+                &v,
+                "1 (a group-shared store) or 0",
+            ));
+        }
+    }
+    if let Some(v) = std::env::var_os("UPCC_THREADS") {
+        let v = v.to_string_lossy();
+        if threads().is_none() {
+            return Err(bad("UPCC_THREADS", &v, "a whole number of threads ≥ 1"));
+        }
+    }
+    if let Some(v) = std::env::var_os("UPCC_DEVICE") {
+        if v.to_str().is_none() {
+            return Err(bad(
+                "UPCC_DEVICE",
+                &v.to_string_lossy(),
+                "auto, cpu, cuda or cuda:N",
+            ));
+        }
+    }
+    Ok(())
+}
