@@ -170,7 +170,7 @@ pub fn executor_section(spec: Option<&ExecutorSection>) -> Result<ExecutorSectio
     let Some(path) = user_config_path().filter(|p| p.exists()) else {
         return Ok(ExecutorSection::default());
     };
-    let text = std::fs::read_to_string(&path)
+    let text = fs_err::read_to_string(&path)
         .map_err(|e| CliError::user(format!("cannot read `{}`: {e}", path.display())))?;
     let cfg: UserConfig = serde_yaml_ng::from_str(&text).map_err(|e| {
         CliError::user(format!("`{}`: {e}", path.display()))
@@ -202,7 +202,7 @@ pub fn recipes(dag: &Dag) -> Vec<String> {
                 upcc_engine::InputDef::Source(src) => {
                     // The same file named from another working directory is the same input.
                     let shown = match &src.location {
-                        upcc_engine::SourceLocation::File(p) => std::fs::canonicalize(p)
+                        upcc_engine::SourceLocation::File(p) => fs_err::canonicalize(p)
                             .unwrap_or_else(|_| p.clone())
                             .display()
                             .to_string(),
@@ -253,7 +253,7 @@ pub fn has_jobs(store: &Store) -> bool {
 }
 
 pub fn read_record(store: &Store, recipe: &str) -> Option<JobRecord> {
-    let bytes = std::fs::read(record_path(store, recipe)).ok()?;
+    let bytes = fs_err::read(record_path(store, recipe)).ok()?;
     serde_json::from_slice(&bytes).ok()
 }
 
@@ -261,27 +261,27 @@ fn write_record(store: &Store, recipe: &str, r: &JobRecord) -> Result<()> {
     let path = record_path(store, recipe);
     let tmp = path.with_extension(format!("json.tmp{}", std::process::id()));
     let io = |e: std::io::Error| CliError::env(format!("cannot write `{}`: {e}", path.display()));
-    std::fs::write(
+    fs_err::write(
         &tmp,
         serde_json::to_vec_pretty(r).expect("record serialises"),
     )
     .map_err(io)?;
-    std::fs::rename(&tmp, &path).map_err(io)
+    fs_err::rename(&tmp, &path).map_err(io)
 }
 
 pub fn remove_record(store: &Store, recipe: &str) {
-    let _ = std::fs::remove_file(record_path(store, recipe));
+    let _ = fs_err::remove_file(record_path(store, recipe));
 }
 
 /// The submission lock: one driver at a time decides what to submit.
-struct SubmitLock(#[allow(dead_code)] std::fs::File);
+struct SubmitLock(#[allow(dead_code)] fs_err::File);
 
 fn submit_lock(store: &Store) -> Result<SubmitLock> {
     let dir = jobs_dir(store);
-    std::fs::create_dir_all(dir.join("logs"))
+    fs_err::create_dir_all(dir.join("logs"))
         .map_err(|e| CliError::env(format!("cannot create `{}`: {e}", dir.display())))?;
     let path = dir.join("submit.lock");
-    let f = std::fs::OpenOptions::new()
+    let f = fs_err::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
@@ -456,11 +456,11 @@ impl Invocation {
         gpus: Option<String>,
         numerics: String,
     ) -> Invocation {
-        let spec = match std::fs::canonicalize(spec) {
+        let spec = match fs_err::canonicalize(spec) {
             Ok(p) if p.is_file() => p.display().to_string(),
             _ => spec.to_string(),
         };
-        let store = std::fs::canonicalize(store).unwrap_or_else(|_| store.to_path_buf());
+        let store = fs_err::canonicalize(store).unwrap_or_else(|_| store.to_path_buf());
         Invocation {
             spec,
             sets: sets.to_vec(),
@@ -766,13 +766,13 @@ pub fn cancel(dag: &Dag, entries: &[PlanEntry], store: &Store) -> Result<(usize,
 /// The store's job records whose jobs may still run (queued or running; every record when
 /// the queue cannot be asked): what `gc` must not take inputs from.
 pub fn live_records(store: &Store) -> Result<Vec<JobRecord>> {
-    let Ok(dir) = std::fs::read_dir(jobs_dir(store)) else {
+    let Ok(dir) = fs_err::read_dir(jobs_dir(store)) else {
         return Ok(vec![]);
     };
     let records: Vec<JobRecord> = dir
         .flatten()
         .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
-        .filter_map(|e| std::fs::read(e.path()).ok())
+        .filter_map(|e| fs_err::read(e.path()).ok())
         .filter_map(|b| serde_json::from_slice(&b).ok())
         .collect();
     if records.is_empty() {
@@ -790,7 +790,7 @@ pub fn live_records(store: &Store) -> Result<Vec<JobRecord>> {
 
 /// The last lines of a job's Slurm log, for `explain`.
 pub fn log_tail(record: &JobRecord, lines: usize) -> Option<String> {
-    let text = std::fs::read_to_string(&record.log).ok()?;
+    let text = fs_err::read_to_string(&record.log).ok()?;
     let all: Vec<&str> = text.lines().collect();
     Some(all[all.len().saturating_sub(lines)..].join("\n"))
 }

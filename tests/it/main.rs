@@ -1,6 +1,9 @@
 //! End-to-end tests of the `upcc` command line. One binary, one module per area; every
 //! test gets a fresh temporary directory and store.
 
+// Tests use std::fs freely: a failing call is a test failure at its own line.
+#![allow(clippy::disallowed_methods)]
+
 mod atomicity;
 mod bad_input;
 mod cache;

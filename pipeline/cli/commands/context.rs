@@ -200,7 +200,7 @@ pub(crate) fn check_memory(
 }
 
 pub(crate) fn memory_default_mb() -> u64 {
-    let avail = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+    let avail = fs_err::read_to_string("/proc/meminfo").ok().and_then(|m| {
         m.lines()
             .find(|l| l.starts_with("MemAvailable:"))
             .and_then(|l| l.split_whitespace().nth(1))
@@ -215,7 +215,7 @@ pub(crate) fn memory_default_mb() -> u64 {
 }
 
 pub(crate) fn cpu_description() -> String {
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let info = fs_err::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = info
         .lines()
         .find(|l| l.starts_with("model name"))

@@ -108,7 +108,7 @@ pub fn explain(args: &ExplainArgs, env: &Env) -> Result<i32> {
                 "id": node.id, "stage": node.stage, "stage_version": node.stage_version, "status": e.status,
                 "key": e.key.map(|k| k.to_hex()), "reasons": e.reasons, "inputs": inputs, "params": node.params,
                 "numerics": node.numerics, "numerics_parts": crate::device::describe_numerics(&node.numerics), "manifest": manifest, "log": e.key.map(|k| store.log_path(&k).display().to_string()),
-                "log_text": e.key.and_then(|k| std::fs::read_to_string(store.log_path(&k)).ok()),
+                "log_text": e.key.and_then(|k| fs_err::read_to_string(store.log_path(&k)).ok()),
             })
         );
         return Ok(0);
@@ -246,7 +246,7 @@ pub fn explain(args: &ExplainArgs, env: &Env) -> Result<i32> {
     // The node's log (of its last execution under this key, a failed one included).
     if let Some(k) = e.key {
         let path = store.log_path(&k);
-        if let Ok(text) = std::fs::read_to_string(&path) {
+        if let Ok(text) = fs_err::read_to_string(&path) {
             let lines: Vec<&str> = text.lines().collect();
             let keep = if verbose >= 1 { lines.len() } else { 40 };
             let _ = writeln!(o, "log       {}", path.display());

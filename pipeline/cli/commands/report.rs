@@ -78,7 +78,7 @@ pub fn report(args: &ReportArgs, env: &Env) -> Result<i32> {
     }
     let store = commands::open_store(&env.store, false)?;
     let entries = plan(&built.dag, &store, &spec.file.name)?;
-    std::fs::create_dir_all(&args.out)
+    fs_err::create_dir_all(&args.out)
         .map_err(|e| CliError::user(format!("cannot create `{}`: {e}", args.out.display())))?;
     let mut targets: Vec<&TargetNodes> = built
         .targets
@@ -159,7 +159,7 @@ fn targets_selected(selectors: &[String], spec: &Spec) -> Result<Option<BTreeSet
 }
 
 fn write(path: &Path, bytes: &[u8]) -> Result<()> {
-    std::fs::write(path, bytes)
+    fs_err::write(path, bytes)
         .map_err(|e| CliError::env(format!("cannot write `{}`: {e}", path.display())))
 }
 
@@ -230,13 +230,13 @@ fn write_target(
     durations: &mut Durations,
 ) -> Result<Written> {
     let dir = out.join(&t.name);
-    std::fs::create_dir_all(&dir)
+    fs_err::create_dir_all(&dir)
         .map_err(|e| CliError::env(format!("cannot create `{}`: {e}", dir.display())))?;
     // A previous report's files of this target go first, so that nothing stale (a figure no
     // longer drawn for these parameters) lingers beside the new ones. Only the report's own
     // file names are touched.
     for file in REPORT_FILES {
-        let _ = std::fs::remove_file(dir.join(file));
+        let _ = fs_err::remove_file(dir.join(file));
     }
     let mut cells = Vec::new();
     let mut found: Vec<(&TableInput, Vec<u8>)> = Vec::new();

@@ -24,7 +24,7 @@ pub fn read_source(arg: &str) -> Result<SpecSource> {
     let path = Path::new(arg);
     if path.exists() {
         // A spec is a small text file: not a device or pipe that never ends, nor a dump.
-        let meta = std::fs::metadata(path)
+        let meta = fs_err::metadata(path)
             .map_err(|e| CliError::user(format!("cannot read spec `{arg}`: {e}")))?;
         if !meta.is_file() {
             return Err(CliError::user(format!(
@@ -45,7 +45,7 @@ pub fn read_source(arg: &str) -> Result<SpecSource> {
             ))
             .hint("is this the right file? Data belongs in the files a dataset names"));
         }
-        let text = std::fs::read_to_string(path)
+        let text = fs_err::read_to_string(path)
             .map_err(|e| CliError::user(format!("cannot read spec `{arg}`: {e}")))?;
         let dir = path
             .parent()

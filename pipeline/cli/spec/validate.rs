@@ -759,7 +759,7 @@ pub(crate) fn validate(
             }
         }
         let path = src.dir.join(&ps.file);
-        let read = std::fs::read(&path)
+        let read = fs_err::read(&path)
             .map_err(|e| format!("cannot read `{}`: {e}", ps.file))
             .and_then(|bytes| {
                 if published_as == crate::target::PublishedAs::Scores {

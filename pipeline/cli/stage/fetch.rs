@@ -118,7 +118,7 @@ impl FetchTask {
     /// A local candidate's bytes when it has the right digest (or, without a digest, when it
     /// is the spec's own copy).
     fn local_copy(&self, path: &Path, explicit: bool, ctx: &mut TaskContext) -> Option<Vec<u8>> {
-        let bytes = std::fs::read(path).ok()?;
+        let bytes = fs_err::read(path).ok()?;
         match &self.digest {
             Some(d) if d.matches(&bytes) => {
                 ctx.log(format!(
@@ -166,7 +166,7 @@ impl FetchTask {
             }
             match self.try_download(&agent, &part, ctx) {
                 Ok(Attempt::Done(bytes)) => {
-                    let _ = std::fs::remove_file(&part);
+                    let _ = fs_err::remove_file(&part);
                     return Ok(bytes);
                 }
                 Ok(Attempt::Retry(why)) => {
@@ -177,7 +177,7 @@ impl FetchTask {
                     last_error = why;
                 }
                 Err(e) => {
-                    let _ = std::fs::remove_file(&part);
+                    let _ = fs_err::remove_file(&part);
                     return Err(e);
                 }
             }
@@ -198,7 +198,7 @@ impl FetchTask {
         part: &Path,
         ctx: &mut TaskContext,
     ) -> std::result::Result<Attempt, TaskError> {
-        let have = std::fs::metadata(part).map(|m| m.len()).unwrap_or(0);
+        let have = fs_err::metadata(part).map(|m| m.len()).unwrap_or(0);
         let mut req = agent.get(&self.url);
         if have > 0 {
             req = req.header("Range", &format!("bytes={have}-"));
@@ -213,7 +213,7 @@ impl FetchTask {
             200 => false,
             416 if have > 0 => {
                 // The partial file is already whole (or longer than the file): start over.
-                let _ = std::fs::remove_file(part);
+                let _ = fs_err::remove_file(part);
                 return Ok(Attempt::Retry(
                     "the server refused to resume; starting over".into(),
                 ));
@@ -232,7 +232,7 @@ impl FetchTask {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok())
             .map(|n| if append { n + have } else { n });
-        let mut file = match std::fs::OpenOptions::new()
+        let mut file = match fs_err::OpenOptions::new()
             .create(true)
             .write(true)
             .append(append)
@@ -282,7 +282,7 @@ impl FetchTask {
                 )));
             }
         }
-        match std::fs::read(part) {
+        match fs_err::read(part) {
             Ok(b) => Ok(Attempt::Done(b)),
             Err(e) => Err(TaskError::Failed(format!(
                 "cannot read {}: {e}",

@@ -45,7 +45,7 @@ impl Source {
         match &self.location {
             SourceLocation::File(p) => {
                 // A device or pipe (`/dev/zero`) would be read until memory runs out.
-                let meta = std::fs::metadata(p)?;
+                let meta = fs_err::metadata(p)?;
                 if !meta.is_file() {
                     return Err(std::io::Error::new(
                         std::io::ErrorKind::InvalidInput,
@@ -56,7 +56,7 @@ impl Source {
                         },
                     ));
                 }
-                std::fs::read(p)
+                fs_err::read(p)
             }
             SourceLocation::Embedded { bytes, .. } => Ok(bytes.to_vec()),
         }

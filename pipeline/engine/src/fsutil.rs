@@ -66,7 +66,7 @@ pub fn pid_alive(pid: u32) -> bool {
 
 /// fsync a directory so that a rename inside it is durable.
 pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    let f = std::fs::File::open(dir)?;
+    let f = fs_err::File::open(dir)?;
     f.sync_all()
 }
 
@@ -76,24 +76,24 @@ pub fn atomic_write(tmp_dir: &Path, dest: &Path, bytes: &[u8], mode: u32) -> std
     use std::os::unix::fs::PermissionsExt;
     let tmp = temp_path(tmp_dir);
     let result = (|| {
-        let mut f = std::fs::OpenOptions::new()
+        let mut f = fs_err::OpenOptions::new()
             .write(true)
             .create_new(true)
             .open(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
+        fs_err::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
         if let Some(parent) = dest.parent() {
-            std::fs::create_dir_all(parent)?;
+            fs_err::create_dir_all(parent)?;
         }
-        std::fs::rename(&tmp, dest)?;
+        fs_err::rename(&tmp, dest)?;
         if let Some(parent) = dest.parent() {
             sync_dir(parent)?;
         }
         Ok(())
     })();
     if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+        let _ = fs_err::remove_file(&tmp);
     }
     result
 }
@@ -131,7 +131,7 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 
 /// Peak resident set size of this process so far, in bytes (Linux; `None` elsewhere).
 pub fn peak_rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let status = fs_err::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
@@ -169,8 +169,8 @@ mod tests {
         let dest = dir.path().join("a/b.txt");
         atomic_write(dir.path(), &dest, b"one", 0o644).unwrap();
         atomic_write(dir.path(), &dest, b"two", 0o644).unwrap();
-        assert_eq!(std::fs::read(&dest).unwrap(), b"two");
-        let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        assert_eq!(fs_err::read(&dest).unwrap(), b"two");
+        let leftovers: Vec<_> = fs_err::read_dir(dir.path())
             .unwrap()
             .filter_map(|e| e.ok())
             .filter(|e| e.path().extension().is_some_and(|x| x == "tmp"))

@@ -172,13 +172,16 @@ pub fn try_acquire_with(
 /// been silent past the expiry: a beating holder rewrites the record, and so the file's
 /// modification time, every beat, so a file untouched that long has no live beat behind it.
 fn silent(path: &Path, timing: &LeaseTiming) -> bool {
-    std::fs::metadata(path)
+    fs_err::metadata(path)
         .and_then(|m| m.modified())
         .ok()
         .and_then(|t| SystemTime::now().duration_since(t).ok())
         .is_some_and(|age| age > timing.expiry)
 }
 
+// std's File (its raw fd is flocked, its FileExt writes the record in place); the error is
+// mapped to LeaseError::Open, which names the path.
+#[allow(clippy::disallowed_methods)]
 fn open_lock(path: &Path) -> Result<File, LeaseError> {
     std::fs::OpenOptions::new()
         .read(true)
@@ -273,7 +276,7 @@ fn take_over(
         other => return Ok(other),
     };
     let aside = path.with_extension(format!("lock.stale-{}-{}", unix_now(), std::process::id()));
-    if std::fs::rename(path, &aside).is_err() {
+    if fs_err::rename(path, &aside).is_err() {
         return Ok(LeaseAttempt::Busy(who));
     }
     match &who {
@@ -300,6 +303,8 @@ fn take_over(
 /// exist), `Some(record)` when a live process holds it (`Some(None)` if its record is
 /// unreadable). A dead holder's lock is released by the kernel, so its stale record is never
 /// reported.
+// An absent or unreadable lock file means no holder: the error is not reported.
+#[allow(clippy::disallowed_methods)]
 pub fn holder_now(path: &Path) -> Option<Option<LeaseHolder>> {
     let file = std::fs::OpenOptions::new().read(true).open(path).ok()?;
     // A shared, non-blocking probe: it fails only while someone holds the exclusive lease.
@@ -315,7 +320,7 @@ pub fn holder_now(path: &Path) -> Option<Option<LeaseHolder>> {
 
 /// The record written by the current holder, if any.
 pub fn read_holder(path: &Path) -> Option<LeaseHolder> {
-    let bytes = std::fs::read(path).ok()?;
+    let bytes = fs_err::read(path).ok()?;
     serde_json::from_slice(&bytes).ok()
 }
 
@@ -375,7 +380,7 @@ mod tests {
         let mut rec = read_holder(&p).unwrap();
         rec.heartbeat = Some(unix_now() - 100);
         rec.heartbeat_every_s = Some(1.0);
-        std::fs::write(&p, serde_json::to_vec(&rec).unwrap()).unwrap();
+        fs_err::write(&p, serde_json::to_vec(&rec).unwrap()).unwrap();
         // Within the expiry: busy. Past it: taken over, the old file set aside.
         assert!(matches!(
             try_acquire_with(&p, &holder("b"), timing(1000, 200_000)).unwrap(),
@@ -386,7 +391,7 @@ mod tests {
             other => panic!("expected a takeover, got {other:?}"),
         };
         assert_eq!(read_holder(&p).unwrap().run_id, "b");
-        let aside = std::fs::read_dir(dir.path())
+        let aside = fs_err::read_dir(dir.path())
             .unwrap()
             .flatten()
             .filter(|e| e.file_name().to_string_lossy().contains(".lock.stale-"))
@@ -412,7 +417,7 @@ mod tests {
                 LeaseAttempt::Acquired(l) => l,
                 LeaseAttempt::Busy(_) => panic!("first attempt must succeed"),
             };
-        std::fs::write(&p, b"\x00garbage{").unwrap();
+        fs_err::write(&p, b"\x00garbage{").unwrap();
         assert_eq!(read_holder(&p), None);
         // Fresh garbage: busy, whatever the expiry says of records.
         assert!(matches!(
@@ -459,7 +464,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("k.lock");
         // A record left behind by a holder that died without clearing it (SIGKILL).
-        std::fs::write(&p, serde_json::to_vec(&holder("dead")).unwrap()).unwrap();
+        fs_err::write(&p, serde_json::to_vec(&holder("dead")).unwrap()).unwrap();
         assert_eq!(holder_now(&p), None);
         assert_eq!(holder_now(&dir.path().join("absent.lock")), None);
     }

@@ -29,4 +29,5 @@ pub use store::{Manifest, OutputRecord, Provenance, RefRecord, Store, StoreError
 pub use task::{PendingOutput, Resources, Task, TaskContext, TaskError};
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests use std::fs freely
 mod tests;

@@ -221,7 +221,7 @@ impl Store {
     /// `shared` (only used on creation) makes every file group-writable for a team cache.
     pub fn open_or_create(root: &Path, shared: bool) -> Result<Self, StoreError> {
         let info_path = root.join("STORE.json");
-        if std::fs::symlink_metadata(&info_path).is_err()
+        if fs_err::symlink_metadata(&info_path).is_err()
             && (!Self::has_store_folders(root) || Self::interrupted_creation(root))
         {
             fs_err::create_dir_all(root).map_err(|e| StoreError::Io {
@@ -261,13 +261,13 @@ impl Store {
     /// files) is completed.
     pub fn open_existing(root: &Path) -> Result<Self, StoreError> {
         let info_path = root.join("STORE.json");
-        if std::fs::symlink_metadata(&info_path).is_err() {
+        if fs_err::symlink_metadata(&info_path).is_err() {
             if Self::has_store_folders(root) && !Self::interrupted_creation(root) {
                 return Self::rewrite_info(root, "is missing");
             }
             if Self::interrupted_creation(root) {
                 use std::os::unix::fs::PermissionsExt;
-                let shared = std::fs::metadata(root.join("tmp"))
+                let shared = fs_err::metadata(root.join("tmp"))
                     .map(|m| m.permissions().mode() & 0o2000 != 0)
                     .unwrap_or(false);
                 warn(&format!(
@@ -316,7 +316,7 @@ impl Store {
     fn has_store_folders(root: &Path) -> bool {
         ["objects", "nodes", "refs"]
             .iter()
-            .all(|d| std::fs::symlink_metadata(root.join(d)).is_ok_and(|m| m.is_dir()))
+            .all(|d| fs_err::symlink_metadata(root.join(d)).is_ok_and(|m| m.is_dir()))
     }
 
     /// Write `STORE.json` again for a store whose folders are intact (layout 1; shared when
@@ -325,7 +325,7 @@ impl Store {
     fn rewrite_info(root: &Path, what: &str) -> Result<Self, StoreError> {
         use std::os::unix::fs::PermissionsExt;
         let info_path = root.join("STORE.json");
-        let shared = std::fs::metadata(root.join("tmp"))
+        let shared = fs_err::metadata(root.join("tmp"))
             .map(|m| m.permissions().mode() & 0o2000 != 0)
             .unwrap_or(false);
         let store = Store {
@@ -333,7 +333,7 @@ impl Store {
             shared,
         };
         store.ensure_dirs()?;
-        if std::fs::symlink_metadata(&info_path).is_ok() {
+        if fs_err::symlink_metadata(&info_path).is_ok() {
             store.quarantine_file(&info_path, "store-info")?;
         }
         let info = StoreInfo {
@@ -363,7 +363,7 @@ impl Store {
             "tmp",
             "quarantine",
         ];
-        let Ok(entries) = std::fs::read_dir(root) else {
+        let Ok(entries) = fs_err::read_dir(root) else {
             return false;
         };
         let mut any = false;
@@ -374,7 +374,7 @@ impl Store {
             }
             any = true;
             if name != "tmp"
-                && std::fs::read_dir(e.path())
+                && fs_err::read_dir(e.path())
                     .map(|mut d| d.next().is_some())
                     .unwrap_or(true)
             {
@@ -393,7 +393,7 @@ impl Store {
     /// `quarantine/` with a warning (`quarantine` itself first). Returns what was moved.
     fn repair_layout(&self) -> Result<Vec<String>, StoreError> {
         let mut moved = Vec::new();
-        let misplaced = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| !m.is_dir());
+        let misplaced = |p: &Path| fs_err::symlink_metadata(p).is_ok_and(|m| !m.is_dir());
         let q = self.root.join("quarantine");
         let mut parked = None;
         if misplaced(&q) {
@@ -426,7 +426,7 @@ impl Store {
             })?;
             if self.shared {
                 use std::os::unix::fs::PermissionsExt;
-                let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o2775));
+                let _ = fs_err::set_permissions(&p, std::fs::Permissions::from_mode(0o2775));
             }
             if let (Some(aside), "quarantine") = (&parked, sub) {
                 self.quarantine_file(aside, "misplaced")?;
@@ -476,7 +476,7 @@ impl Store {
                 if self.shared {
                     use std::os::unix::fs::PermissionsExt;
                     let _ =
-                        std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o2775));
+                        fs_err::set_permissions(parent, std::fs::Permissions::from_mode(0o2775));
                 }
             }
         }
@@ -511,7 +511,7 @@ impl Store {
     pub fn put_object(&self, bytes: &[u8]) -> Result<Digest<Artifact>, StoreError> {
         let digest = Digest::of_bytes(bytes);
         let path = self.object_path(&digest);
-        if let Ok(meta) = std::fs::metadata(&path) {
+        if let Ok(meta) = fs_err::metadata(&path) {
             if meta.len() == bytes.len() as u64 && self.hash_file(&path).ok() == Some(digest) {
                 return Ok(digest);
             }
@@ -523,7 +523,7 @@ impl Store {
     }
 
     fn hash_file(&self, path: &Path) -> std::io::Result<Digest<Artifact>> {
-        let mut f = std::fs::File::open(path)?;
+        let mut f = fs_err::File::open(path)?;
         let mut hasher = blake3::Hasher::new();
         let mut buf = vec![0u8; 1 << 20];
         loop {
@@ -538,7 +538,7 @@ impl Store {
 
     /// Whether an object is present with the expected size (cheap; no hashing).
     pub fn has_object(&self, digest: &Digest<Artifact>, bytes: u64) -> bool {
-        std::fs::metadata(self.object_path(digest))
+        fs_err::metadata(self.object_path(digest))
             .map(|m| m.len() == bytes)
             .unwrap_or(false)
     }
@@ -546,7 +546,7 @@ impl Store {
     /// Read an object and check its hash: a corrupt object is never served.
     pub fn read_object(&self, digest: &Digest<Artifact>) -> Result<Vec<u8>, StoreError> {
         let path = self.object_path(digest);
-        let bytes = match std::fs::read(&path) {
+        let bytes = match fs_err::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(StoreError::MissingObject(*digest))
@@ -642,7 +642,7 @@ impl Store {
             .root
             .join("quarantine")
             .join(format!("{kind}-{}-{name}", unique_suffix()));
-        match std::fs::rename(from, &to) {
+        match fs_err::rename(from, &to) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(StoreError::Io {
@@ -675,7 +675,7 @@ impl Store {
     /// A directory where the store keeps a file (a ref, manifest or lock): moved to
     /// quarantine with a warning, so the file can be written.
     fn clear_misplaced_dir(&self, path: &Path) -> Result<(), StoreError> {
-        if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+        if fs_err::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
             self.quarantine_file(path, "misplaced-dir")?;
             warn(&format!(
                 "`{}` was a directory where the store keeps a file; moved to quarantine",
@@ -693,7 +693,7 @@ impl Store {
             digest.to_hex(),
             unique_suffix()
         ));
-        match std::fs::rename(&from, &to) {
+        match fs_err::rename(&from, &to) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(StoreError::Io {
@@ -711,7 +711,7 @@ impl Store {
             key.to_hex(),
             unique_suffix()
         ));
-        match std::fs::rename(&from, &to) {
+        match fs_err::rename(&from, &to) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(StoreError::Io {
@@ -779,7 +779,7 @@ impl Store {
         };
         for path in list_fanout(&self.root.join("locks"))? {
             if path.extension().is_some_and(|e| e == "lock")
-                && std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir())
+                && fs_err::symlink_metadata(&path).is_ok_and(|m| m.is_dir())
             {
                 self.quarantine_file(&path, "misplaced-dir")?;
                 report.misplaced_moved.push(
@@ -855,7 +855,7 @@ impl Store {
             })
             .collect::<String>();
         let mut removed = 0;
-        let entries = match std::fs::read_dir(&tmp) {
+        let entries = match fs_err::read_dir(&tmp) {
             Ok(e) => e,
             Err(_) => return Ok(0),
         };
@@ -871,7 +871,7 @@ impl Store {
                 .unwrap_or(false);
             let dead =
                 matches!(temp_owner(&name), Some((host, pid)) if host == me && !pid_alive(pid));
-            if (dead || old) && std::fs::remove_file(entry.path()).is_ok() {
+            if (dead || old) && fs_err::remove_file(entry.path()).is_ok() {
                 removed += 1;
             }
         }
@@ -880,7 +880,7 @@ impl Store {
 
     /// Temp files present right now (for tests and `verify` reports).
     pub fn temp_files(&self) -> Vec<PathBuf> {
-        std::fs::read_dir(self.tmp_dir())
+        fs_err::read_dir(self.tmp_dir())
             .map(|it| it.flatten().map(|e| e.path()).collect())
             .unwrap_or_default()
     }
@@ -896,7 +896,7 @@ impl Store {
     ) -> Result<GcReport, StoreError> {
         let mut report = GcReport::default();
         let recent = |path: &Path| {
-            std::fs::metadata(path)
+            fs_err::metadata(path)
                 .and_then(|m| m.modified())
                 .map(|t| SystemTime::now().duration_since(t).unwrap_or_default() < grace)
                 .unwrap_or(true)
@@ -918,8 +918,8 @@ impl Store {
             }
             report.manifests_deleted += 1;
             if !dry_run {
-                let _ = std::fs::remove_file(&path);
-                let _ = std::fs::remove_file(self.log_path(&key));
+                let _ = fs_err::remove_file(&path);
+                let _ = fs_err::remove_file(self.log_path(&key));
             }
         }
         for digest in self.list_objects()? {
@@ -929,9 +929,9 @@ impl Store {
                 continue;
             }
             report.objects_deleted += 1;
-            report.bytes_freed += std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            report.bytes_freed += fs_err::metadata(&path).map(|m| m.len()).unwrap_or(0);
             if !dry_run {
-                let _ = std::fs::remove_file(&path);
+                let _ = fs_err::remove_file(&path);
             }
         }
         Ok(report)
@@ -980,10 +980,10 @@ fn sanitize_component(s: &str) -> String {
 }
 
 fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<JsonRead<T>, StoreError> {
-    if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+    if fs_err::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
         return Ok(JsonRead::Corrupt("a directory, not a file".into()));
     }
-    match std::fs::read(path) {
+    match fs_err::read(path) {
         Ok(bytes) => Ok(match serde_json::from_slice(&bytes) {
             Ok(v) => JsonRead::Ok(v),
             Err(e) if bytes.is_empty() => JsonRead::Corrupt(format!("empty file: {e}")),
@@ -999,7 +999,7 @@ fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<JsonRead<T>, S
 
 fn list_fanout(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
     let mut out = Vec::new();
-    let top = match std::fs::read_dir(dir) {
+    let top = match fs_err::read_dir(dir) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
         Err(e) => {
@@ -1013,7 +1013,7 @@ fn list_fanout(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
         if !sub.file_type().map(|t| t.is_dir()).unwrap_or(false) {
             continue;
         }
-        if let Ok(files) = std::fs::read_dir(sub.path()) {
+        if let Ok(files) = fs_err::read_dir(sub.path()) {
             out.extend(files.flatten().map(|f| f.path()));
         }
     }
@@ -1055,10 +1055,10 @@ mod tests {
         let (_d, s) = store();
         let d = s.put_object(b"hello world").unwrap();
         let p = s.object_path(&d);
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let mut bytes = std::fs::read(&p).unwrap();
+        fs_err::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let mut bytes = fs_err::read(&p).unwrap();
         bytes[3] ^= 0x01;
-        std::fs::write(&p, &bytes).unwrap();
+        fs_err::write(&p, &bytes).unwrap();
         assert!(matches!(s.read_object(&d), Err(StoreError::Corrupt { .. })));
         let report = s.verify(|_, _| {}).unwrap();
         assert_eq!(report.corrupt_objects, vec![d.to_hex()]);
@@ -1071,7 +1071,7 @@ mod tests {
     #[test]
     fn refuses_other_layout_versions() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("STORE.json"), r#"{"layout": 99}"#).unwrap();
+        fs_err::write(dir.path().join("STORE.json"), r#"{"layout": 99}"#).unwrap();
         assert!(matches!(
             Store::open_existing(dir.path()),
             Err(StoreError::LayoutVersion { found: 99, .. })

@@ -187,7 +187,7 @@ fn meminfo(field: &str) -> Option<u128> {
 
 /// A `Field:  N kB` line of a /proc file, in bytes.
 fn kb_field(file: &str, field: &str) -> Option<u128> {
-    let text = std::fs::read_to_string(file).ok()?;
+    let text = fs_err::read_to_string(file).ok()?;
     let kb: u128 = text
         .lines()
         .find(|l| l.starts_with(field))?
@@ -255,11 +255,7 @@ fn proc_status_bytes(field: &str) -> Option<u128> {
 
 /// The cgroup memory limit of this process and its current use (v2, else v1), if limited.
 fn cgroup_memory() -> Option<(u128, u128)> {
-    let read = |p: &str| {
-        std::fs::read_to_string(p)
-            .ok()
-            .map(|s| s.trim().to_string())
-    };
+    let read = |p: &str| fs_err::read_to_string(p).ok().map(|s| s.trim().to_string());
     let cgroup = read("/proc/self/cgroup").unwrap_or_default();
     // v2: one line `0::/path`.
     if let Some(path) = cgroup.lines().find_map(|l| l.strip_prefix("0::")) {

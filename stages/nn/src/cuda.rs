@@ -398,7 +398,7 @@ fn c_chars_to_string(raw: &[std::ffi::c_char]) -> String {
 /// directory has it, else the general advice.
 fn library_hint(lib: &str) -> String {
     let mut dirs: Vec<std::path::PathBuf> = Vec::new();
-    if let Ok(entries) = std::fs::read_dir("/usr/local") {
+    if let Ok(entries) = fs_err::read_dir("/usr/local") {
         let mut cuda: Vec<_> = entries
             .flatten()
             .map(|e| e.path())
@@ -417,7 +417,7 @@ fn library_hint(lib: &str) -> String {
     dirs.push("/usr/local/nvidia/lib64".into());
     dirs.push("/usr/lib/x86_64-linux-gnu".into());
     let found = dirs.iter().find(|d| {
-        std::fs::read_dir(d).is_ok_and(|mut es| {
+        fs_err::read_dir(d).is_ok_and(|mut es| {
             es.any(|e| {
                 e.ok()
                     .and_then(|e| e.file_name().into_string().ok())
@@ -537,7 +537,7 @@ impl Probe {
                 format!("{}.{}", self.nvrtc.0, self.nvrtc.1),
             ),
         ];
-        if let Ok(driver) = std::fs::read_to_string("/proc/driver/nvidia/version") {
+        if let Ok(driver) = fs_err::read_to_string("/proc/driver/nvidia/version") {
             if let Some(line) = driver.lines().next() {
                 facts.push(("nvidia_driver".into(), line.trim().to_string()));
             }

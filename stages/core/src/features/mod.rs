@@ -352,13 +352,13 @@ pub struct Shape {
 
 /// The first `n` bytes of a file, decompressed if it is gzipped (only as much as needed).
 fn head(path: &std::path::Path, n: usize) -> Option<Vec<u8>> {
-    let f = std::fs::File::open(path).ok()?;
+    let f = fs_err::File::open(path).ok()?;
     if !f.metadata().ok()?.is_file() {
         return None;
     }
     let mut raw = Vec::new();
     f.take(2).read_to_end(&mut raw).ok()?;
-    let f = std::fs::File::open(path).ok()?;
+    let f = fs_err::File::open(path).ok()?;
     let mut out = Vec::new();
     if raw == [0x1f, 0x8b] {
         flate2::read::MultiGzDecoder::new(f)
