@@ -18,6 +18,7 @@ pub mod features;
 pub mod metrics;
 pub mod nets;
 pub mod pretrain;
+pub mod spherepair;
 pub mod table;
 pub mod train;
 

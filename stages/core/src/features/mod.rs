@@ -17,7 +17,18 @@ use upcc_nn::Stream;
 use crate::error::{DataPlace, Result, StageError};
 use crate::table::{Table, TableBuilder};
 
+mod csv_file;
+mod idx;
+mod npy;
+mod parquet_file;
 pub mod pickle;
+mod pickled;
+
+use csv_file::*;
+use idx::*;
+use npy::*;
+use parquet_file::*;
+use pickled::*;
 
 /// Bumped by hand whenever the output of this stage changes meaning or bytes.
 pub const VERSION: u32 = 1;
@@ -440,53 +451,102 @@ pub fn peek_shape(
 /// Build the features from the source files (`data`, or `train`+`test` for CSV/Parquet;
 /// `x`+`y`, or `train_x`+`train_y`+`test_x`+`test_y` for IDX/npy).
 pub fn build(params: &FeatureParams, files: &BTreeMap<String, SourceFile<'_>>) -> Result<Features> {
-    let read = |role: &str| -> Result<Raw> {
-        let f = files
-            .get(role)
-            .ok_or_else(|| StageError::failed(format!("internal: no source `{role}`")))?;
-        match params.format {
-            DataFormat::Csv => read_csv(&f.display, f.bytes, &params.label_column, params.header),
-            DataFormat::Parquet => read_parquet(&f.display, f.bytes, &params.label_column),
-            DataFormat::Pickle => read_pickle(&f.display, f.bytes),
-            DataFormat::Idx | DataFormat::Npy => {
-                let yrole = if role == "x" {
-                    "y".to_string()
-                } else {
-                    role.replace("_x", "_y")
-                };
-                let fy = files
-                    .get(&yrole)
-                    .ok_or_else(|| StageError::failed(format!("internal: no source `{yrole}`")))?;
-                let (x, rows, dim) = if params.format == DataFormat::Idx {
-                    read_idx_matrix(&f.display, f.bytes)?
-                } else {
-                    read_npy_matrix(&f.display, f.bytes)?
-                };
-                let labels = if params.format == DataFormat::Idx {
-                    read_idx_labels(&fy.display, fy.bytes)?
-                } else {
-                    read_npy_labels(&fy.display, fy.bytes)?
-                };
-                if labels.len() != rows {
-                    return Err(StageError::input(format!(
-                        "`{}` has {rows} rows but `{}` has {} labels: the files must describe the same samples",
-                        f.display,
-                        fy.display,
-                        labels.len()
-                    )));
-                }
-                Ok(Raw {
-                    x,
-                    rows,
-                    dim,
-                    labels,
-                })
+    let Sources {
+        mut x,
+        labels,
+        is_test,
+        dim,
+        names,
+    } = read_sources(params, files)?;
+    let rows = labels.len();
+    if rows == 0 {
+        return Err(StageError::input(format!("dataset {names} has no rows")));
+    }
+    let (labels, n_classes) = class_labels(params, labels, &names)?;
+    let is_test = split_rows(params, &labels, n_classes, is_test, &names)?;
+    scale(&mut x, dim, &is_test, params.scaling);
+    let is_val = validation_rows(params, &labels, n_classes, &is_test, &names)?;
+    Ok(Features {
+        ids: (0..rows as u32).collect(),
+        labels,
+        is_test,
+        is_val,
+        x,
+        dim,
+        n_classes,
+    })
+}
+
+/// The rows of every source file of a dataset, joined (train then test for official splits).
+struct Sources {
+    x: Vec<f32>,
+    labels: Vec<i64>,
+    /// Official splits: which rows came from the test file (empty for stratified splits).
+    is_test: Vec<bool>,
+    dim: usize,
+    /// The files, as messages name them.
+    names: String,
+}
+
+/// One file role of a dataset read by its format (IDX and npy: with its label file).
+fn read_role(
+    params: &FeatureParams,
+    files: &BTreeMap<String, SourceFile<'_>>,
+    role: &str,
+) -> Result<Raw> {
+    let f = files
+        .get(role)
+        .ok_or_else(|| StageError::failed(format!("internal: no source `{role}`")))?;
+    match params.format {
+        DataFormat::Csv => read_csv(&f.display, f.bytes, &params.label_column, params.header),
+        DataFormat::Parquet => read_parquet(&f.display, f.bytes, &params.label_column),
+        DataFormat::Pickle => read_pickle(&f.display, f.bytes),
+        DataFormat::Idx | DataFormat::Npy => {
+            let yrole = if role == "x" {
+                "y".to_string()
+            } else {
+                role.replace("_x", "_y")
+            };
+            let fy = files
+                .get(&yrole)
+                .ok_or_else(|| StageError::failed(format!("internal: no source `{yrole}`")))?;
+            let (x, rows, dim) = if params.format == DataFormat::Idx {
+                read_idx_matrix(&f.display, f.bytes)?
+            } else {
+                read_npy_matrix(&f.display, f.bytes)?
+            };
+            let labels = if params.format == DataFormat::Idx {
+                read_idx_labels(&fy.display, fy.bytes)?
+            } else {
+                read_npy_labels(&fy.display, fy.bytes)?
+            };
+            if labels.len() != rows {
+                return Err(StageError::input(format!(
+                    "`{}` has {rows} rows but `{}` has {} labels: the files must describe the same samples",
+                    f.display,
+                    fy.display,
+                    labels.len()
+                )));
             }
+            Ok(Raw {
+                x,
+                rows,
+                dim,
+                labels,
+            })
         }
-    };
+    }
+}
+
+/// Read the files of a dataset as its split needs them.
+fn read_sources(
+    params: &FeatureParams,
+    files: &BTreeMap<String, SourceFile<'_>>,
+) -> Result<Sources> {
+    let read = |role: &str| read_role(params, files, role);
     let (single, split) = params.format.roles();
     let (train_role, test_role, single_role) = (split[0], split[split.len() / 2], single[0]);
-    let (mut x, mut labels, mut is_test, dim, names) = match params.split.kind {
+    Ok(match params.split.kind {
         SplitKind::Official => {
             if !files.contains_key(train_role) {
                 return Err(StageError::input(
@@ -507,34 +567,38 @@ pub fn build(params: &FeatureParams, files: &BTreeMap<String, SourceFile<'_>>) -
             x.extend(te.x);
             let mut labels = tr.labels;
             labels.extend(te.labels);
-            (
+            Sources {
                 x,
                 labels,
                 is_test,
-                tr.dim,
-                format!(
+                dim: tr.dim,
+                names: format!(
                     "`{}` and `{}`",
                     files[train_role].display, files[test_role].display
                 ),
-            )
+            }
         }
         SplitKind::Stratified => {
             let raw = read(single_role)?;
-            (
-                raw.x,
-                raw.labels,
-                vec![],
-                raw.dim,
-                format!("`{}`", files[single_role].display),
-            )
+            Sources {
+                x: raw.x,
+                labels: raw.labels,
+                is_test: vec![],
+                dim: raw.dim,
+                names: format!("`{}`", files[single_role].display),
+            }
         }
-    };
-    let rows = labels.len();
-    if rows == 0 {
-        return Err(StageError::input(format!("dataset {names} has no rows")));
-    }
+    })
+}
+
+/// The labels as classes 0..C (mapped by `labels:` first), and C.
+fn class_labels(
+    params: &FeatureParams,
+    mut labels: Vec<i64>,
+    names: &str,
+) -> Result<(Vec<u32>, usize)> {
     if let Some(map) = params.labels {
-        map.apply(&mut labels, &names)?;
+        map.apply(&mut labels, names)?;
     }
     // Labels: integers in 0..C.
     let min = *labels.iter().min().expect("non-empty");
@@ -563,14 +627,25 @@ pub fn build(params: &FeatureParams, files: &BTreeMap<String, SourceFile<'_>>) -
             "dataset {names} has a single class: clustering needs at least 2"
         )));
     }
-    let labels_u: Vec<u32> = labels.drain(..).map(|l| l as u32).collect();
+    Ok((labels.into_iter().map(|l| l as u32).collect(), n_classes))
+}
+
+/// Which rows are test rows (a stratified split draws them), checked: every class has
+/// training rows and the test split is not empty.
+fn split_rows(
+    params: &FeatureParams,
+    labels_u: &[u32],
+    n_classes: usize,
+    mut is_test: Vec<bool>,
+    names: &str,
+) -> Result<Vec<bool>> {
     if params.split.kind == SplitKind::Stratified {
         is_test = stratified_split(
-            &labels_u,
+            labels_u,
             n_classes,
             params.split.test_fraction,
             params.split.seed,
-            &names,
+            names,
         )?;
     }
     let mut present = vec![false; n_classes];
@@ -589,8 +664,18 @@ pub fn build(params: &FeatureParams, files: &BTreeMap<String, SourceFile<'_>>) -
             "dataset {names}: the test split is empty; add test samples or raise `test_fraction`"
         )));
     }
-    scale(&mut x, dim, &is_test, params.scaling);
-    // The validation rows: the first `validation` training rows, after the split and scaling.
+    Ok(is_test)
+}
+
+/// The validation rows: the first `validation` training rows, after the split and scaling.
+fn validation_rows(
+    params: &FeatureParams,
+    labels_u: &[u32],
+    n_classes: usize,
+    is_test: &[bool],
+    names: &str,
+) -> Result<Vec<bool>> {
+    let rows = labels_u.len();
     let mut is_val = vec![false; rows];
     if params.validation > 0 {
         let mut train: Vec<usize> = (0..rows).filter(|&i| !is_test[i]).collect();
@@ -619,15 +704,7 @@ pub fn build(params: &FeatureParams, files: &BTreeMap<String, SourceFile<'_>>) -
             )));
         }
     }
-    Ok(Features {
-        ids: (0..rows as u32).collect(),
-        labels: labels_u,
-        is_test,
-        is_val,
-        x,
-        dim,
-        n_classes,
-    })
+    Ok(is_val)
 }
 
 fn stratified_split(
@@ -712,298 +789,6 @@ fn scale(x: &mut [f32], dim: usize, is_test: &[bool], scaling: Scaling) {
     }
 }
 
-/// Decompress if the bytes start with the gzip magic.
-fn maybe_gunzip<'a>(display: &str, bytes: &'a [u8]) -> Result<std::borrow::Cow<'a, [u8]>> {
-    if bytes.len() >= 2 && bytes[0] == 0x1f && bytes[1] == 0x8b {
-        let mut out = Vec::new();
-        flate2::read::MultiGzDecoder::new(bytes)
-            .read_to_end(&mut out)
-            .map_err(|e| {
-                StageError::data(
-                    display,
-                    DataPlace::File,
-                    format!("looks gzipped but cannot be decompressed: {e}"),
-                )
-            })?;
-        Ok(std::borrow::Cow::Owned(out))
-    } else {
-        Ok(std::borrow::Cow::Borrowed(bytes))
-    }
-}
-
-fn read_csv(display: &str, bytes: &[u8], label_column: &str, header: HeaderMode) -> Result<Raw> {
-    let data = maybe_gunzip(display, bytes)?;
-    let text = std::str::from_utf8(&data).map_err(|e| {
-        StageError::data(
-            display,
-            DataPlace::File,
-            format!(
-                "is not UTF-8 text (byte {}): is it really a CSV file?",
-                e.valid_up_to()
-            ),
-        )
-    })?;
-    // Excel's "CSV UTF-8" starts with a byte-order mark.
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty());
-    let Some((first_no, first)) = lines.next() else {
-        return Err(StageError::data(
-            display,
-            DataPlace::File,
-            "is empty".to_string(),
-        ));
-    };
-    let delim = if first.contains(',') {
-        Some(',')
-    } else if first.contains('\t') {
-        Some('\t')
-    } else if first.contains(';') {
-        Some(';')
-    } else {
-        None
-    };
-    let split = |l: &'_ str| -> Vec<String> {
-        match delim {
-            Some(d) => l.split(d).map(|s| s.trim().to_string()).collect(),
-            None => l.split_whitespace().map(|s| s.to_string()).collect(),
-        }
-    };
-    let first_fields = split(first);
-    let has_header = match header {
-        HeaderMode::Yes => true,
-        HeaderMode::No => false,
-        HeaderMode::Auto => first_fields
-            .iter()
-            .any(|f| f.parse::<f64>().is_err() && !is_nonfinite_token(f)),
-    };
-    let ncols = first_fields.len();
-    if ncols < 2 {
-        return Err(StageError::data(
-            display,
-            DataPlace::Line(first_no + 1),
-            format!("found {ncols} column; a dataset row needs features and a label"),
-        ));
-    }
-    let label_idx = match label_column {
-        "last" => ncols - 1,
-        "first" => 0,
-        other => match other.parse::<usize>() {
-            Ok(i) if i < ncols => i,
-            Ok(i) => {
-                return Err(StageError::input(format!(
-                "`label_column: {i}` is out of range: `{display}` has {ncols} columns (0-based)"
-            )))
-            }
-            Err(_) => {
-                if !has_header {
-                    return Err(StageError::input(format!(
-                        "`label_column: {other}` names a column, but `{display}` has no header row; use `last`, `first` or an index"
-                    )));
-                }
-                first_fields
-                    .iter()
-                    .position(|f| f == other)
-                    .ok_or_else(|| {
-                        StageError::data(
-                            display,
-                            DataPlace::File,
-                            format!(
-                                "has no column `{other}` (header: {})",
-                                first_fields.join(", ")
-                            ),
-                        )
-                    })?
-            }
-        },
-    };
-    let dim = ncols - 1;
-    let mut x = Vec::new();
-    let mut labels = Vec::new();
-    let mut process = |no: usize, l: &str| -> Result<()> {
-        let fields = split(l);
-        if fields.len() != ncols {
-            return Err(StageError::data(
-                display,
-                DataPlace::Line(no + 1),
-                format!(
-                    "{} columns, expected {ncols} like the first row (ragged rows)",
-                    fields.len()
-                ),
-            ));
-        }
-        for (j, f) in fields.iter().enumerate() {
-            if j == label_idx {
-                let v: f64 = f.parse().map_err(|_| {
-                    StageError::data(
-                        display,
-                        DataPlace::Line(no + 1),
-                        format!("label `{f}` is not a number"),
-                    )
-                })?;
-                if !v.is_finite() || v.fract() != 0.0 {
-                    return Err(StageError::data(
-                        display,
-                        DataPlace::Line(no + 1),
-                        format!("label `{f}` is not an integer class index"),
-                    ));
-                }
-                labels.push(v as i64);
-            } else {
-                let v: f32 = f.parse().map_err(|_| {
-                    StageError::data(
-                        display,
-                        DataPlace::Cell {
-                            line: no + 1,
-                            column: j + 1,
-                        },
-                        format!("`{f}` is not a number"),
-                    )
-                })?;
-                if !v.is_finite() {
-                    return Err(StageError::data(
-                        display,
-                        DataPlace::Cell {
-                            line: no + 1,
-                            column: j + 1,
-                        },
-                        format!("value `{f}` is not finite (NaN or infinity); remove or impute it"),
-                    ));
-                }
-                x.push(v);
-            }
-        }
-        Ok(())
-    };
-    if !has_header {
-        process(first_no, first)?;
-    }
-    for (no, l) in lines {
-        process(no, l)?;
-    }
-    let rows = labels.len();
-    Ok(Raw {
-        x,
-        rows,
-        dim,
-        labels,
-    })
-}
-
-fn is_nonfinite_token(f: &str) -> bool {
-    matches!(
-        f.to_ascii_lowercase().as_str(),
-        "nan" | "inf" | "-inf" | "+inf" | "infinity" | "-infinity"
-    )
-}
-
-fn idx_payload(display: &str, bytes: &[u8]) -> Result<(u8, Vec<usize>, Vec<u8>)> {
-    let data = maybe_gunzip(display, bytes)?.into_owned();
-    if data.len() < 4 || data[0] != 0 || data[1] != 0 {
-        return Err(StageError::data(
-            display,
-            DataPlace::File,
-            "is not an IDX file (bad magic number)".to_string(),
-        ));
-    }
-    let ty = data[2];
-    let ndim = data[3] as usize;
-    if data.len() < 4 + 4 * ndim {
-        return Err(StageError::data(
-            display,
-            DataPlace::File,
-            "IDX header is truncated".to_string(),
-        ));
-    }
-    let dims: Vec<usize> = (0..ndim)
-        .map(|i| {
-            u32::from_be_bytes(data[4 + 4 * i..8 + 4 * i].try_into().expect("4 bytes")) as usize
-        })
-        .collect();
-    let payload = data[4 + 4 * ndim..].to_vec();
-    let width = match ty {
-        0x08 | 0x09 => 1,
-        0x0B => 2,
-        0x0C | 0x0D => 4,
-        0x0E => 8,
-        other => {
-            return Err(StageError::data(
-                display,
-                DataPlace::File,
-                format!("unknown IDX element type 0x{other:02x}"),
-            ))
-        }
-    };
-    let count: usize = dims.iter().product();
-    if payload.len() != count * width {
-        return Err(StageError::data(
-            display,
-            DataPlace::File,
-            format!(
-                "IDX header says {dims:?} ({count} values) but the file holds {} bytes of data",
-                payload.len()
-            ),
-        ));
-    }
-    Ok((ty, dims, payload))
-}
-
-fn idx_values(ty: u8, payload: &[u8]) -> Vec<f64> {
-    match ty {
-        0x08 => payload.iter().map(|&b| b as f64).collect(),
-        0x09 => payload.iter().map(|&b| b as i8 as f64).collect(),
-        0x0B => payload
-            .chunks_exact(2)
-            .map(|c| i16::from_be_bytes([c[0], c[1]]) as f64)
-            .collect(),
-        0x0C => payload
-            .chunks_exact(4)
-            .map(|c| i32::from_be_bytes(c.try_into().expect("4")) as f64)
-            .collect(),
-        0x0D => payload
-            .chunks_exact(4)
-            .map(|c| f32::from_be_bytes(c.try_into().expect("4")) as f64)
-            .collect(),
-        _ => payload
-            .chunks_exact(8)
-            .map(|c| f64::from_be_bytes(c.try_into().expect("8")))
-            .collect(),
-    }
-}
-
-fn read_idx_matrix(display: &str, bytes: &[u8]) -> Result<(Vec<f32>, usize, usize)> {
-    let (ty, dims, payload) = idx_payload(display, bytes)?;
-    if dims.len() < 2 {
-        return Err(StageError::data(
-            display,
-            DataPlace::File,
-            format!("expected an IDX image file (≥2 dimensions), found {dims:?}"),
-        ));
-    }
-    let rows = dims[0];
-    let dim = dims[1..].iter().product();
-    let x: Vec<f32> = idx_values(ty, &payload)
-        .into_iter()
-        .map(|v| v as f32)
-        .collect();
-    check_finite(display, &x, dim)?;
-    Ok((x, rows, dim))
-}
-
-fn read_idx_labels(display: &str, bytes: &[u8]) -> Result<Vec<i64>> {
-    let (ty, dims, payload) = idx_payload(display, bytes)?;
-    if dims.len() != 1 {
-        return Err(StageError::data(
-            display,
-            DataPlace::File,
-            format!("expected an IDX label file (1 dimension), found {dims:?}"),
-        ));
-    }
-    to_int_labels(display, idx_values(ty, &payload))
-}
-
 fn to_int_labels(display: &str, v: Vec<f64>) -> Result<Vec<i64>> {
     v.into_iter()
         .enumerate()
@@ -1034,615 +819,6 @@ fn check_finite(display: &str, x: &[f32], dim: usize) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-struct Npy {
-    descr: String,
-    fortran: bool,
-    shape: Vec<usize>,
-    data: Vec<u8>,
-}
-
-/// The `descr` of an `.npy` header and the bytes after the header.
-fn npy_header<'a>(display: &str, bytes: &'a [u8]) -> Result<(String, &'a [u8])> {
-    let (npy, start) = npy_parts(display, bytes)?;
-    Ok((npy.descr, &bytes[start..]))
-}
-
-fn parse_npy(display: &str, bytes: &[u8]) -> Result<Npy> {
-    let bytes = maybe_gunzip(display, bytes)?;
-    let (mut npy, start) = npy_parts(display, &bytes)?;
-    if npy.descr.contains('O') {
-        return Err(StageError::data(
-            display,
-            DataPlace::File,
-            format!("holds pickled Python objects (dtype {}), e.g. the Reuters-10k dict-in-npy files: declare the dataset with `format: pickle` and the roles `train`/`test` (or `data`), which read them as they are", npy.descr),
-        ));
-    }
-    npy.data = bytes[start..].to_vec();
-    Ok(npy)
-}
-
-/// The header of an `.npy` file (data left empty) and where its data starts.
-fn npy_parts(display: &str, bytes: &[u8]) -> Result<(Npy, usize)> {
-    if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
-        return Err(StageError::data(
-            display,
-            DataPlace::File,
-            "is not a .npy file (bad magic)".to_string(),
-        ));
-    }
-    let major = bytes[6];
-    let (hlen, start) = if major == 1 {
-        (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10)
-    } else {
-        if bytes.len() < 12 {
-            return Err(StageError::data(
-                display,
-                DataPlace::File,
-                "truncated .npy header".to_string(),
-            ));
-        }
-        (
-            u32::from_le_bytes(bytes[8..12].try_into().expect("4")) as usize,
-            12,
-        )
-    };
-    if bytes.len() < start + hlen {
-        return Err(StageError::data(
-            display,
-            DataPlace::File,
-            "truncated .npy header".to_string(),
-        ));
-    }
-    let header = String::from_utf8_lossy(&bytes[start..start + hlen]).to_string();
-    let field = |key: &str| -> Option<String> {
-        let i = header.find(&format!("'{key}'"))?;
-        let rest = &header[i + key.len() + 2..];
-        let rest = rest[rest.find(':')? + 1..].trim_start();
-        if let Some(r) = rest.strip_prefix('\'') {
-            Some(r[..r.find('\'')?].to_string())
-        } else if let Some(r) = rest.strip_prefix('(') {
-            Some(r[..r.find(')')?].to_string())
-        } else {
-            Some(rest.split([',', '}']).next()?.trim().to_string())
-        }
-    };
-    let descr = field("descr").ok_or_else(|| {
-        StageError::data(
-            display,
-            DataPlace::File,
-            ".npy header has no `descr`".to_string(),
-        )
-    })?;
-    let fortran = field("fortran_order").map(|v| v == "True").unwrap_or(false);
-    let shape: Vec<usize> = field("shape")
-        .ok_or_else(|| {
-            StageError::data(
-                display,
-                DataPlace::File,
-                ".npy header has no `shape`".to_string(),
-            )
-        })?
-        .split(',')
-        .map(|s| s.trim())
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse::<usize>())
-        .collect::<std::result::Result<_, _>>()
-        .map_err(|_| {
-            StageError::data(display, DataPlace::File, "malformed .npy shape".to_string())
-        })?;
-    Ok((
-        Npy {
-            descr,
-            fortran,
-            shape,
-            data: Vec::new(),
-        },
-        start + hlen,
-    ))
-}
-
-fn npy_values(display: &str, npy: &Npy) -> Result<Vec<f64>> {
-    let d = npy.descr.as_str();
-    if d.starts_with('>') {
-        return Err(StageError::data(
-            display,
-            DataPlace::File,
-            format!("big-endian arrays ({d}) are not supported; save with `.astype('<f4')`"),
-        ));
-    }
-    let kind = d.trim_start_matches(['<', '|', '=']);
-    let width = match kind {
-        "f4" | "i4" | "u4" => 4,
-        "f8" | "i8" | "u8" => 8,
-        "i2" | "u2" => 2,
-        "u1" | "i1" | "b1" => 1,
-        other => {
-            return Err(StageError::data(
-                display,
-                DataPlace::File,
-                format!(
-                    "unsupported dtype `{other}` (use float32, float64, uint8 or an integer type)"
-                ),
-            ))
-        }
-    };
-    let count: usize = npy.shape.iter().product();
-    if npy.data.len() < count * width {
-        return Err(StageError::data(
-            display,
-            DataPlace::File,
-            format!(
-                "shape {:?} needs {} bytes of data, the file has {}",
-                npy.shape,
-                count * width,
-                npy.data.len()
-            ),
-        ));
-    }
-    let b = &npy.data[..count * width];
-    Ok(match kind {
-        "f4" => b
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().expect("4")) as f64)
-            .collect(),
-        "f8" => b
-            .chunks_exact(8)
-            .map(|c| f64::from_le_bytes(c.try_into().expect("8")))
-            .collect(),
-        "i4" => b
-            .chunks_exact(4)
-            .map(|c| i32::from_le_bytes(c.try_into().expect("4")) as f64)
-            .collect(),
-        "u4" => b
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes(c.try_into().expect("4")) as f64)
-            .collect(),
-        "i8" => b
-            .chunks_exact(8)
-            .map(|c| i64::from_le_bytes(c.try_into().expect("8")) as f64)
-            .collect(),
-        "u8" => b
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().expect("8")) as f64)
-            .collect(),
-        "i2" => b
-            .chunks_exact(2)
-            .map(|c| i16::from_le_bytes([c[0], c[1]]) as f64)
-            .collect(),
-        "u2" => b
-            .chunks_exact(2)
-            .map(|c| u16::from_le_bytes([c[0], c[1]]) as f64)
-            .collect(),
-        "i1" => b.iter().map(|&v| v as i8 as f64).collect(),
-        _ => b.iter().map(|&v| v as f64).collect(),
-    })
-}
-
-fn read_npy_matrix(display: &str, bytes: &[u8]) -> Result<(Vec<f32>, usize, usize)> {
-    npy_matrix(display, parse_npy(display, bytes)?)
-}
-
-fn npy_matrix(display: &str, npy: Npy) -> Result<(Vec<f32>, usize, usize)> {
-    if npy.shape.len() < 2 {
-        return Err(StageError::data(
-            display,
-            DataPlace::File,
-            format!(
-                "expected a 2-D (or image) array of samples, found shape {:?}",
-                npy.shape
-            ),
-        ));
-    }
-    let rows = npy.shape[0];
-    let dim: usize = npy.shape[1..].iter().product();
-    let values = npy_values(display, &npy)?;
-    let x: Vec<f32> = if npy.fortran {
-        if npy.shape.len() != 2 {
-            return Err(StageError::data(
-                display,
-                DataPlace::File,
-                "Fortran-ordered arrays must be 2-D".to_string(),
-            ));
-        }
-        let mut x = vec![0f32; rows * dim];
-        for c in 0..dim {
-            for r in 0..rows {
-                x[r * dim + c] = values[c * rows + r] as f32;
-            }
-        }
-        x
-    } else {
-        values.into_iter().map(|v| v as f32).collect()
-    };
-    check_finite(display, &x, dim)?;
-    Ok((x, rows, dim))
-}
-
-fn read_npy_labels(display: &str, bytes: &[u8]) -> Result<Vec<i64>> {
-    let npy = parse_npy(display, bytes)?;
-    if !(npy.shape.len() == 1 || (npy.shape.len() == 2 && npy.shape[1] == 1)) {
-        return Err(StageError::data(
-            display,
-            DataPlace::File,
-            format!("expected a 1-D label vector, found shape {:?}", npy.shape),
-        ));
-    }
-    to_int_labels(display, npy_values(display, &npy)?)
-}
-
-/// The pickle inside `bytes`: a pickle itself, or an object `.npy` (`np.save` of a dict).
-fn pickle_of(display: &str, bytes: &[u8]) -> Result<pickle::Value> {
-    let bytes = maybe_gunzip(display, bytes)?;
-    if bytes.starts_with(b"\x93NUMPY") {
-        let (descr, payload) = npy_header(display, &bytes)?;
-        if !descr.contains('O') {
-            return Err(StageError::data(
-                display,
-                DataPlace::File,
-                format!("is a plain .npy array (dtype {descr}), not a pickle of features and labels: declare it with `format: npy` and the roles `x`/`y`"),
-            ));
-        }
-        return pickle::read(display, payload);
-    }
-    if !pickle::is_pickle(&bytes) {
-        return Err(StageError::data(
-            display,
-            DataPlace::File,
-            "is not a pickle (protocol 2 or later) nor an object .npy file".to_string(),
-        ));
-    }
-    pickle::read(display, &bytes)
-}
-
-/// Features and labels of a pickled `(X, y)` tuple or `{'data': X, 'label': y}` dict (also
-/// inside a 0-d object array, as `np.save` of a dict writes it).
-fn read_pickle(display: &str, bytes: &[u8]) -> Result<Raw> {
-    use pickle::{ArrayData, Value};
-    let bad = |msg: String| StageError::data(display, DataPlace::File, msg);
-    let mut v = pickle_of(display, bytes)?;
-    // A 0-d object array wrapping the real value.
-    if let Value::Array(a) = &v {
-        if let (true, ArrayData::Objects(items)) = (a.shape.is_empty(), &a.data) {
-            if let [one] = items.as_slice() {
-                v = one.clone();
-            }
-        }
-    }
-    let (x, y) = match v {
-        Value::Tuple(items) | Value::List(items) if items.len() == 2 => {
-            let mut it = items.into_iter();
-            (it.next().expect("2"), it.next().expect("2"))
-        }
-        Value::Dict(pairs) => {
-            let get = |names: &[&str]| {
-                pairs
-                    .iter()
-                    .find(|(k, _)| matches!(k, Value::Str(s) if names.contains(&s.as_str())))
-                    .map(|(_, v)| v.clone())
-            };
-            match (get(&["data", "X", "x"]), get(&["label", "labels", "y"])) {
-                (Some(x), Some(y)) => (x, y),
-                _ => {
-                    let keys: Vec<String> = pairs
-                        .iter()
-                        .map(|(k, _)| match k {
-                            Value::Str(s) => format!("'{s}'"),
-                            other => format!("{other:?}"),
-                        })
-                        .collect();
-                    return Err(bad(format!(
-                        "holds a dict with keys {}; expected 'data' (features) and 'label' (labels)",
-                        keys.join(", ")
-                    )));
-                }
-            }
-        }
-        other => {
-            return Err(bad(format!(
-            "holds {}; expected a tuple (X, y) of numpy arrays or a dict {{'data': X, 'label': y}}",
-            pickle_kind(&other)
-        )))
-        }
-    };
-    let (x, rows, dim) = match x {
-        Value::Array(a) => pickle_matrix(display, a)?,
-        other => {
-            return Err(bad(format!(
-                "holds {} as its features; expected a numpy array",
-                pickle_kind(&other)
-            )))
-        }
-    };
-    let labels = match y {
-        Value::Array(a) => {
-            let npy = pickle_npy(display, a)?;
-            if !(npy.shape.len() == 1 || (npy.shape.len() == 2 && npy.shape[1] == 1)) {
-                return Err(bad(format!(
-                    "its labels have shape {:?}; expected a 1-D vector",
-                    npy.shape
-                )));
-            }
-            to_int_labels(display, npy_values(display, &npy)?)?
-        }
-        Value::List(items) | Value::Tuple(items) => items
-            .iter()
-            .enumerate()
-            .map(|(i, v)| match v {
-                Value::Int(l) => Ok(*l),
-                other => Err(StageError::data(
-                    display,
-                    DataPlace::Row(i + 1),
-                    format!("label {} is not an integer", pickle_kind(other)),
-                )),
-            })
-            .collect::<Result<Vec<_>>>()?,
-        other => {
-            return Err(bad(format!(
-                "holds {} as its labels; expected a numpy array or a list of integers",
-                pickle_kind(&other)
-            )))
-        }
-    };
-    if labels.len() != rows {
-        return Err(bad(format!(
-            "holds {rows} feature rows but {} labels: they must describe the same samples",
-            labels.len()
-        )));
-    }
-    Ok(Raw {
-        x,
-        rows,
-        dim,
-        labels,
-    })
-}
-
-fn pickle_kind(v: &pickle::Value) -> String {
-    use pickle::Value;
-    match v {
-        Value::None => "None".into(),
-        Value::Bool(_) => "a bool".into(),
-        Value::Int(_) => "an integer".into(),
-        Value::Float(_) => "a float".into(),
-        Value::Str(_) => "a string".into(),
-        Value::Bytes(_) => "bytes".into(),
-        Value::Tuple(t) => format!("a tuple of {} items", t.len()),
-        Value::List(t) => format!("a list of {} items", t.len()),
-        Value::Dict(d) => format!("a dict of {} items", d.len()),
-        Value::Array(a) => format!("a numpy array {} of shape {:?}", a.descr, a.shape),
-    }
-}
-
-/// A numeric pickled array as the `.npy` reader's array.
-fn pickle_npy(display: &str, a: pickle::Array) -> Result<Npy> {
-    match a.data {
-        pickle::ArrayData::Raw(bytes) => Ok(Npy {
-            descr: a.descr,
-            fortran: a.fortran,
-            shape: a.shape,
-            data: std::rc::Rc::try_unwrap(bytes).unwrap_or_else(|rc| (*rc).clone()),
-        }),
-        pickle::ArrayData::Objects(_) => Err(StageError::data(
-            display,
-            DataPlace::File,
-            format!(
-                "holds an array of Python objects (shape {:?}) where numbers were expected",
-                a.shape
-            ),
-        )),
-    }
-}
-
-fn pickle_matrix(display: &str, a: pickle::Array) -> Result<(Vec<f32>, usize, usize)> {
-    npy_matrix(display, pickle_npy(display, a)?)
-}
-
-fn read_parquet(display: &str, bytes: &[u8], label_column: &str) -> Result<Raw> {
-    use arrow_array::cast::AsArray;
-    use arrow_array::types::{Float32Type, Float64Type};
-    use arrow_array::Array;
-    use arrow_schema::DataType;
-    let t = Table::from_parquet(bytes, &format!("`{display}`"))?;
-    let names = t.column_names();
-    let label_name = match label_column {
-        "last" => names.last().cloned().unwrap_or_default(),
-        "first" => names.first().cloned().unwrap_or_default(),
-        other => match other.parse::<usize>() {
-            Ok(i) => names.get(i).cloned().ok_or_else(|| {
-                StageError::input(format!(
-                    "`label_column: {i}` is out of range: `{display}` has {} columns",
-                    names.len()
-                ))
-            })?,
-            Err(_) => other.to_string(),
-        },
-    };
-    if !names.contains(&label_name) {
-        return Err(StageError::data(
-            display,
-            DataPlace::File,
-            format!(
-                "has no label column `{label_name}` (columns: {})",
-                names.join(", ")
-            ),
-        ));
-    }
-    let mut labels = Vec::new();
-    let mut x = Vec::new();
-    let mut dim = 0;
-    let mut rows = 0;
-    for batch in t.batches() {
-        let lab = arrow_cast_f64(
-            batch.column_by_name(&label_name).expect("checked"),
-            display,
-            &label_name,
-        )?;
-        labels.extend(to_int_labels(display, lab)?);
-        let feature_cols: Vec<(String, &arrow_array::ArrayRef)> = batch
-            .schema()
-            .fields()
-            .iter()
-            .map(|f| f.name().clone())
-            .filter(|n| n != &label_name)
-            .map(|n| {
-                let c = batch.column_by_name(&n).expect("exists");
-                (n, c)
-            })
-            .collect();
-        let list = feature_cols.iter().find(|(_, c)| {
-            matches!(
-                c.data_type(),
-                DataType::FixedSizeList(_, _) | DataType::List(_)
-            )
-        });
-        if let Some((name, col)) = list {
-            let n = col.len();
-            for i in 0..n {
-                let v = match col.data_type() {
-                    DataType::FixedSizeList(_, _) => col.as_fixed_size_list().value(i),
-                    _ => col.as_list::<i32>().value(i),
-                };
-                let vals: Vec<f64> = match v.data_type() {
-                    DataType::Float32 => v
-                        .as_primitive::<Float32Type>()
-                        .values()
-                        .iter()
-                        .map(|&f| f as f64)
-                        .collect(),
-                    DataType::Float64 => v.as_primitive::<Float64Type>().values().to_vec(),
-                    other => {
-                        return Err(StageError::data(
-                            display,
-                            DataPlace::File,
-                            format!("list column `{name}` holds {other}, expected floats"),
-                        ))
-                    }
-                };
-                if dim == 0 {
-                    dim = vals.len();
-                } else if vals.len() != dim {
-                    return Err(StageError::data(
-                        display,
-                        DataPlace::File,
-                        format!(
-                            "row {} of `{name}` has {} values, expected {dim} (ragged rows)",
-                            rows + i + 1,
-                            vals.len()
-                        ),
-                    ));
-                }
-                x.extend(vals.into_iter().map(|f| f as f32));
-            }
-        } else {
-            let cols: Vec<Vec<f64>> = feature_cols
-                .iter()
-                .map(|(n, c)| arrow_cast_f64(c, display, n))
-                .collect::<Result<_>>()?;
-            dim = cols.len();
-            for i in 0..batch.num_rows() {
-                for c in &cols {
-                    x.push(c[i] as f32);
-                }
-            }
-        }
-        rows += batch.num_rows();
-    }
-    if dim == 0 {
-        return Err(StageError::data(
-            display,
-            DataPlace::File,
-            format!("has no feature columns besides the label `{label_name}`"),
-        ));
-    }
-    check_finite(display, &x, dim)?;
-    Ok(Raw {
-        x,
-        rows,
-        dim,
-        labels,
-    })
-}
-
-fn arrow_cast_f64(col: &arrow_array::ArrayRef, display: &str, name: &str) -> Result<Vec<f64>> {
-    use arrow_array::cast::AsArray;
-    use arrow_array::types::*;
-    use arrow_schema::DataType;
-    if col.null_count() > 0 {
-        return Err(StageError::data(
-            display,
-            DataPlace::File,
-            format!(
-                "column `{name}` has {} missing values; remove or impute them",
-                col.null_count()
-            ),
-        ));
-    }
-    Ok(match col.data_type() {
-        DataType::Float32 => col
-            .as_primitive::<Float32Type>()
-            .values()
-            .iter()
-            .map(|&v| v as f64)
-            .collect(),
-        DataType::Float64 => col.as_primitive::<Float64Type>().values().to_vec(),
-        DataType::Int8 => col
-            .as_primitive::<Int8Type>()
-            .values()
-            .iter()
-            .map(|&v| v as f64)
-            .collect(),
-        DataType::Int16 => col
-            .as_primitive::<Int16Type>()
-            .values()
-            .iter()
-            .map(|&v| v as f64)
-            .collect(),
-        DataType::Int32 => col
-            .as_primitive::<Int32Type>()
-            .values()
-            .iter()
-            .map(|&v| v as f64)
-            .collect(),
-        DataType::Int64 => col
-            .as_primitive::<Int64Type>()
-            .values()
-            .iter()
-            .map(|&v| v as f64)
-            .collect(),
-        DataType::UInt8 => col
-            .as_primitive::<UInt8Type>()
-            .values()
-            .iter()
-            .map(|&v| v as f64)
-            .collect(),
-        DataType::UInt16 => col
-            .as_primitive::<UInt16Type>()
-            .values()
-            .iter()
-            .map(|&v| v as f64)
-            .collect(),
-        DataType::UInt32 => col
-            .as_primitive::<UInt32Type>()
-            .values()
-            .iter()
-            .map(|&v| v as f64)
-            .collect(),
-        DataType::UInt64 => col
-            .as_primitive::<UInt64Type>()
-            .values()
-            .iter()
-            .map(|&v| v as f64)
-            .collect(),
-        other => {
-            return Err(StageError::data(
-                display,
-                DataPlace::File,
-                format!("column `{name}` has type {other}, expected numbers"),
-            ))
-        }
-    })
 }
 
 #[cfg(test)]
