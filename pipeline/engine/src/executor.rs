@@ -197,6 +197,211 @@ enum Event {
     Finished { node: usize, result: WorkerResult },
 }
 
+/// The scheduling state of a run: each node's state, resolved outputs and report, the keys
+/// this process started, and whether the run stopped after a failure. Every way a node
+/// finishes goes through its methods, so the sequence (outputs, ref, report, state, event) is
+/// written once.
+struct Sched<'a> {
+    dag: &'a Dag,
+    store: &'a Store,
+    cfg: &'a RunConfig,
+    state: Vec<State>,
+    resolved: Vec<Option<BTreeMap<String, OutputRecord>>>,
+    reports: Vec<Option<NodeReport>>,
+    /// Keys this process started: a second node of the same key (two methods of one kind)
+    /// waits for it quietly and then reads as cached, not as another process's work.
+    own_keys: std::collections::HashSet<Digest<NodeKeyTag>>,
+    stopped: bool,
+}
+
+impl<'a> Sched<'a> {
+    fn new(dag: &'a Dag, store: &'a Store, cfg: &'a RunConfig) -> Self {
+        let n = dag.len();
+        Sched {
+            dag,
+            store,
+            cfg,
+            state: (0..n).map(|_| State::Pending).collect(),
+            resolved: vec![None; n],
+            reports: vec![None; n],
+            own_keys: Default::default(),
+            stopped: false,
+        }
+    }
+
+    fn report(&self, i: usize, key: Option<Digest<NodeKeyTag>>, outcome: Outcome) -> NodeReport {
+        let node = self.dag.node(i);
+        NodeReport {
+            id: node.id.clone(),
+            stage: node.stage.clone(),
+            key,
+            outcome,
+            duration_s: None,
+            error: None,
+            error_tier: None,
+            labels: node.labels.clone(),
+        }
+    }
+
+    /// Node `i` is finished (its report already says how): tell the observer.
+    fn finished(
+        &mut self,
+        observer: &mut dyn Observer,
+        i: usize,
+        seconds: Option<f64>,
+        error: Option<&str>,
+    ) {
+        self.state[i] = State::Finished;
+        let outcome = self.reports[i]
+            .as_ref()
+            .expect("a finished node has a report")
+            .outcome;
+        observer.event(RunEvent::Finished {
+            node: i,
+            id: &self.dag.node(i).id,
+            outcome,
+            seconds,
+            error,
+        });
+    }
+
+    /// Node `i`'s result `key` is in the store: take its outputs and finish it as cached
+    /// (`found_waiting`: after waiting, computed by another process unless by this one).
+    fn found(
+        &mut self,
+        observer: &mut dyn Observer,
+        i: usize,
+        material: &KeyMaterial,
+        key: Digest<NodeKeyTag>,
+        outputs: BTreeMap<String, OutputRecord>,
+        found_waiting: bool,
+    ) -> Result<(), EngineError> {
+        self.resolved[i] = Some(outputs);
+        update_ref(
+            self.store,
+            &self.cfg.spec,
+            &self.dag.node(i).id,
+            material,
+            key,
+        )?;
+        let outcome = if found_waiting && !self.own_keys.contains(&key) {
+            Outcome::ComputedElsewhere
+        } else {
+            Outcome::Cached
+        };
+        self.reports[i] = Some(self.report(i, Some(key), outcome));
+        self.finished(observer, i, None, None);
+        Ok(())
+    }
+
+    /// Node `i` failed (`tier`, `error`); the run stops unless told to keep going.
+    fn failed(
+        &mut self,
+        observer: &mut dyn Observer,
+        i: usize,
+        tier: Tier,
+        error: String,
+        seconds: Option<f64>,
+    ) {
+        let key = self.reports[i].as_ref().and_then(|r| r.key);
+        let mut r = self.reports[i]
+            .take()
+            .unwrap_or_else(|| self.report(i, key, Outcome::Failed));
+        r.outcome = Outcome::Failed;
+        r.duration_s = seconds.or(r.duration_s);
+        r.error_tier = Some(tier);
+        r.error = Some(error.clone());
+        self.reports[i] = Some(r);
+        self.finished(observer, i, seconds, Some(&error));
+        if !self.cfg.keep_going {
+            self.stopped = true;
+        }
+    }
+}
+
+/// What the run's nodes may use at once: threads, memory and the GPU slots.
+struct Slots {
+    free_threads: usize,
+    free_memory: u64,
+    /// Free GPU memory per slot, nodes running per slot, and each running node's slot.
+    gpu_free: Vec<u64>,
+    gpu_running: Vec<usize>,
+    gpu_of: Vec<Option<usize>>,
+    /// GPU slots lost for this run (a node on them failed with a sticky device error), with
+    /// the error that lost them.
+    gpu_lost: Vec<Option<String>>,
+    running: usize,
+}
+
+impl Slots {
+    fn new(cfg: &RunConfig, n: usize) -> Self {
+        Slots {
+            free_threads: cfg.threads.max(1),
+            free_memory: cfg.memory_mb,
+            gpu_free: cfg.gpus.clone(),
+            gpu_running: vec![0; cfg.gpus.len()],
+            gpu_of: vec![None; n],
+            gpu_lost: vec![None; cfg.gpus.len()],
+            running: 0,
+        }
+    }
+
+    /// Whether a node of these resources (and `threads`) fits now (one always runs alone).
+    fn fits(&self, res: &crate::task::Resources, threads: usize) -> bool {
+        threads <= self.free_threads && (res.memory_mb <= self.free_memory || self.running == 0)
+    }
+
+    /// Every GPU slot of the run is lost: why (the first loss).
+    fn all_gpus_lost(&self) -> Option<String> {
+        (!self.gpu_lost.is_empty() && self.gpu_lost.iter().all(Option::is_some)).then(|| {
+            self.gpu_lost
+                .iter()
+                .flatten()
+                .next()
+                .cloned()
+                .unwrap_or_default()
+        })
+    }
+
+    /// A GPU slot with room for `gpu_memory_mb` (most free memory first; an idle GPU always
+    /// takes it), never one lost earlier in this run.
+    fn pick_gpu(&self, gpu_memory_mb: u64) -> Option<usize> {
+        (0..self.gpu_free.len())
+            .filter(|&g| self.gpu_lost[g].is_none())
+            .filter(|&g| gpu_memory_mb <= self.gpu_free[g] || self.gpu_running[g] == 0)
+            .max_by_key(|&g| (self.gpu_free[g], std::cmp::Reverse(g)))
+    }
+
+    fn take(&mut self, i: usize, res: &crate::task::Resources, threads: usize, gpu: Option<usize>) {
+        self.free_threads -= threads;
+        self.free_memory = self.free_memory.saturating_sub(res.memory_mb);
+        if let Some(g) = gpu {
+            self.gpu_free[g] = self.gpu_free[g].saturating_sub(res.gpu_memory_mb);
+            self.gpu_running[g] += 1;
+            self.gpu_of[i] = Some(g);
+        }
+        self.running += 1;
+    }
+
+    /// Give back what node `i` held; its GPU slot, if it had one.
+    fn release(
+        &mut self,
+        i: usize,
+        res: &crate::task::Resources,
+        cfg: &RunConfig,
+    ) -> Option<usize> {
+        self.running -= 1;
+        self.free_threads += res.threads.clamp(1, cfg.threads.max(1));
+        self.free_memory = (self.free_memory + res.memory_mb).min(cfg.memory_mb);
+        let slot = self.gpu_of[i].take();
+        if let Some(g) = slot {
+            self.gpu_free[g] = (self.gpu_free[g] + res.gpu_memory_mb).min(cfg.gpus[g]);
+            self.gpu_running[g] -= 1;
+        }
+        slot
+    }
+}
+
 /// Run every node of `dag` that is not fresh in `store`, telling `observer` as it goes.
 pub fn run(
     dag: &Dag,
@@ -205,75 +410,35 @@ pub fn run(
     observer: &mut dyn Observer,
 ) -> Result<RunReport, EngineError> {
     let n = dag.len();
-    let mut state: Vec<State> = (0..n).map(|_| State::Pending).collect();
-    let mut resolved: Vec<Option<BTreeMap<String, OutputRecord>>> = vec![None; n];
-    let mut reports: Vec<Option<NodeReport>> = vec![None; n];
+    let mut sc = Sched::new(dag, store, cfg);
+    let mut slots = Slots::new(cfg, n);
     let mut sources = SourceCache::new(true);
     let mut source_bytes: HashMap<(usize, String), Arc<Vec<u8>>> = HashMap::new();
     let mut corrupt_retries = vec![0u32; n];
-    let mut free_threads = cfg.threads.max(1);
-    let mut free_memory = cfg.memory_mb;
-    // Free GPU memory per slot, nodes running per slot, and each running node's slot.
-    let mut gpu_free: Vec<u64> = cfg.gpus.clone();
-    let mut gpu_running: Vec<usize> = vec![0; cfg.gpus.len()];
-    let mut gpu_of: Vec<Option<usize>> = vec![None; n];
-    // GPU slots lost for this run (a node on them failed with a sticky device error), with
-    // the error that lost them.
-    let mut gpu_lost: Vec<Option<String>> = vec![None; cfg.gpus.len()];
-    let mut running = 0usize;
-    // Keys this process started: a second node of the same key (two methods of one kind)
-    // waits for it quietly and then reads as cached, not as another process's work.
-    let mut own_keys: std::collections::HashSet<Digest<NodeKeyTag>> = Default::default();
-    let mut stopped = false;
     let (tx, rx): (Sender<Event>, Receiver<Event>) = channel();
     let (ptx, prx) = channel::<ProgressEvent>();
-    let finished = |observer: &mut dyn Observer,
-                    i: usize,
-                    outcome: Outcome,
-                    seconds: Option<f64>,
-                    error: Option<&str>| {
-        observer.event(RunEvent::Finished {
-            node: i,
-            id: &dag.node(i).id,
-            outcome,
-            seconds,
-            error,
-        })
-    };
     let mut last_poll = Instant::now() - cfg.poll_interval;
-
-    let report = |i: usize, key: Option<Digest<NodeKeyTag>>, outcome: Outcome| NodeReport {
-        id: dag.node(i).id.clone(),
-        stage: dag.node(i).stage.clone(),
-        key,
-        outcome,
-        duration_s: None,
-        error: None,
-        error_tier: None,
-        labels: dag.node(i).labels.clone(),
-    };
 
     loop {
         // 1. Resolve pending nodes whose inputs are all known (topological order: one pass).
         for i in 0..n {
-            if !matches!(state[i], State::Pending) {
+            if !matches!(sc.state[i], State::Pending) {
                 continue;
             }
             let ups = dag.upstream(i);
             if ups.iter().any(|&u| {
                 matches!(
-                    reports[u].as_ref().map(|r| r.outcome),
+                    sc.reports[u].as_ref().map(|r| r.outcome),
                     Some(Outcome::Failed | Outcome::Skipped)
                 )
             }) {
-                let mut r = report(i, None, Outcome::Skipped);
+                let mut r = sc.report(i, None, Outcome::Skipped);
                 r.error = Some("an upstream node failed".into());
-                reports[i] = Some(r);
-                state[i] = State::Finished;
-                finished(observer, i, Outcome::Skipped, None, None);
+                sc.reports[i] = Some(r);
+                sc.finished(observer, i, None, None);
                 continue;
             }
-            let Some(material) = material_for(dag, i, &resolved, &mut sources)? else {
+            let Some(material) = material_for(dag, i, &sc.resolved, &mut sources)? else {
                 continue;
             };
             for (name, input) in &dag.node(i).inputs {
@@ -284,15 +449,11 @@ pub fn run(
             let key = material.digest()?;
             if !cfg.force.contains(&i) {
                 if let Some(m) = store.fresh_manifest(&key)? {
-                    resolved[i] = Some(m.outputs);
-                    update_ref(store, &cfg.spec, &dag.node(i).id, &material, key)?;
-                    reports[i] = Some(report(i, Some(key), Outcome::Cached));
-                    state[i] = State::Finished;
-                    finished(observer, i, Outcome::Cached, None, None);
+                    sc.found(observer, i, &material, key, m.outputs, false)?;
                     continue;
                 }
             }
-            state[i] = State::Ready { material, key };
+            sc.state[i] = State::Ready { material, key };
         }
 
         // 2. Start what fits, take over nodes other processes were computing.
@@ -301,13 +462,13 @@ pub fn run(
             last_poll = Instant::now();
         }
         let mut progressed = false;
-        if !stopped {
+        if !sc.stopped {
             for i in 0..n {
-                let waiting = matches!(state[i], State::Waiting { .. });
-                if !(matches!(state[i], State::Ready { .. }) || (waiting && poll_due)) {
+                let waiting = matches!(sc.state[i], State::Waiting { .. });
+                if !(matches!(sc.state[i], State::Ready { .. }) || (waiting && poll_due)) {
                     continue;
                 }
-                let (material, key) = match &state[i] {
+                let (material, key) = match &sc.state[i] {
                     State::Ready { material, key } | State::Waiting { material, key } => {
                         (material.clone(), *key)
                     }
@@ -315,59 +476,29 @@ pub fn run(
                 };
                 if waiting && !cfg.force.contains(&i) {
                     if let Some(m) = store.fresh_manifest(&key)? {
-                        resolved[i] = Some(m.outputs);
-                        update_ref(store, &cfg.spec, &dag.node(i).id, &material, key)?;
-                        let outcome = if own_keys.contains(&key) {
-                            Outcome::Cached
-                        } else {
-                            Outcome::ComputedElsewhere
-                        };
-                        reports[i] = Some(report(i, Some(key), outcome));
-                        state[i] = State::Finished;
+                        sc.found(observer, i, &material, key, m.outputs, true)?;
                         progressed = true;
-                        finished(observer, i, outcome, None, None);
                         continue;
                     }
                 }
                 let res = dag.node(i).resources;
                 let threads = res.threads.clamp(1, cfg.threads.max(1));
-                let fits_memory = res.memory_mb <= free_memory || running == 0;
-                if threads > free_threads || !fits_memory {
+                if !slots.fits(&res, threads) {
                     continue;
                 }
-                // A GPU with room for it (most free memory first; an idle GPU always takes it),
-                // never one lost earlier in this run. When every GPU is lost, the node fails.
-                if res.gpu_memory_mb > 0
-                    && !cfg.gpus.is_empty()
-                    && gpu_lost.iter().all(Option::is_some)
-                {
-                    let why = gpu_lost
-                        .iter()
-                        .flatten()
-                        .next()
-                        .cloned()
-                        .unwrap_or_default();
+                // When every GPU is lost, a node that needs one fails.
+                let needs_gpu = res.gpu_memory_mb > 0 && !cfg.gpus.is_empty();
+                if let Some(why) = slots.all_gpus_lost().filter(|_| needs_gpu) {
                     let msg = format!(
                         "not started: every GPU of this run failed earlier and cannot be used again by this process ({why}); run upcc again to retry on a fresh GPU context"
                     );
-                    let mut r = report(i, Some(key), Outcome::Failed);
-                    r.error = Some(msg.clone());
-                    r.error_tier = Some(Tier::Environment);
-                    reports[i] = Some(r);
-                    state[i] = State::Finished;
+                    sc.reports[i] = Some(sc.report(i, Some(key), Outcome::Failed));
+                    sc.failed(observer, i, Tier::Environment, msg, None);
                     progressed = true;
-                    finished(observer, i, Outcome::Failed, None, Some(&msg));
-                    if !cfg.keep_going {
-                        stopped = true;
-                    }
                     continue;
                 }
-                let gpu = if res.gpu_memory_mb > 0 && !cfg.gpus.is_empty() {
-                    let slot = (0..cfg.gpus.len())
-                        .filter(|&g| gpu_lost[g].is_none())
-                        .filter(|&g| res.gpu_memory_mb <= gpu_free[g] || gpu_running[g] == 0)
-                        .max_by_key(|&g| (gpu_free[g], std::cmp::Reverse(g)));
-                    match slot {
+                let gpu = if needs_gpu {
+                    match slots.pick_gpu(res.gpu_memory_mb) {
                         Some(g) => Some(g),
                         None => continue,
                     }
@@ -386,13 +517,13 @@ pub fn run(
                 let lease = match try_acquire(&lock_path, &holder)? {
                     LeaseAttempt::Acquired(l) => l,
                     LeaseAttempt::Busy(who) => {
-                        if !waiting && !own_keys.contains(&key) {
+                        if !waiting && !sc.own_keys.contains(&key) {
                             observer.event(RunEvent::Waiting {
                                 id: &dag.node(i).id,
                                 holder: who.as_ref(),
                             });
                         }
-                        state[i] = State::Waiting { material, key };
+                        sc.state[i] = State::Waiting { material, key };
                         continue;
                     }
                 };
@@ -400,31 +531,15 @@ pub fn run(
                 if !cfg.force.contains(&i) {
                     if let Some(m) = store.fresh_manifest(&key)? {
                         drop(lease);
-                        resolved[i] = Some(m.outputs);
-                        update_ref(store, &cfg.spec, &dag.node(i).id, &material, key)?;
-                        let outcome = if own_keys.contains(&key) {
-                            Outcome::Cached
-                        } else {
-                            Outcome::ComputedElsewhere
-                        };
-                        reports[i] = Some(report(i, Some(key), outcome));
-                        state[i] = State::Finished;
+                        sc.found(observer, i, &material, key, m.outputs, true)?;
                         progressed = true;
-                        finished(observer, i, outcome, None, None);
                         continue;
                     }
                 }
-                free_threads -= threads;
-                free_memory = free_memory.saturating_sub(res.memory_mb);
-                if let Some(g) = gpu {
-                    gpu_free[g] = gpu_free[g].saturating_sub(res.gpu_memory_mb);
-                    gpu_running[g] += 1;
-                    gpu_of[i] = Some(g);
-                }
-                running += 1;
-                own_keys.insert(key);
-                state[i] = State::Running;
-                reports[i] = Some(report(i, Some(key), Outcome::Executed));
+                slots.take(i, &res, threads, gpu);
+                sc.own_keys.insert(key);
+                sc.state[i] = State::Running;
+                sc.reports[i] = Some(sc.report(i, Some(key), Outcome::Executed));
                 observer.event(RunEvent::Started {
                     node: i,
                     id: &dag.node(i).id,
@@ -468,9 +583,9 @@ pub fn run(
             // Nodes finished without running (computed elsewhere): resolve their dependents.
             continue;
         }
-        let waiting_any = state.iter().any(|s| matches!(s, State::Waiting { .. }));
-        let ready_any = state.iter().any(|s| matches!(s, State::Ready { .. }));
-        if running == 0 && (stopped || (!waiting_any && !ready_any)) {
+        let waiting_any = sc.state.iter().any(|s| matches!(s, State::Waiting { .. }));
+        let ready_any = sc.state.iter().any(|s| matches!(s, State::Ready { .. }));
+        if slots.running == 0 && (sc.stopped || (!waiting_any && !ready_any)) {
             break;
         }
 
@@ -490,46 +605,25 @@ pub fn run(
         };
         match event {
             Event::Finished { node: i, result } => {
-                running -= 1;
                 let res = dag.node(i).resources;
-                free_threads += res.threads.clamp(1, cfg.threads.max(1));
-                free_memory = (free_memory + res.memory_mb).min(cfg.memory_mb);
-                let slot = gpu_of[i].take();
-                if let Some(g) = slot {
-                    gpu_free[g] = (gpu_free[g] + res.gpu_memory_mb).min(cfg.gpus[g]);
-                    gpu_running[g] -= 1;
-                }
-                let r = reports[i].as_mut().expect("running node has a report");
+                let slot = slots.release(i, &res, cfg);
                 match result {
                     WorkerResult::Done { outputs, seconds } => {
+                        let r = sc.reports[i].as_mut().expect("running node has a report");
                         r.duration_s = Some(seconds);
-                        resolved[i] = Some(outputs);
-                        state[i] = State::Finished;
-                        finished(observer, i, Outcome::Executed, Some(seconds), None);
+                        sc.resolved[i] = Some(outputs);
+                        sc.finished(observer, i, Some(seconds), None);
                     }
                     WorkerResult::TaskFailed { error, seconds } => {
                         if let (TaskError::DeviceLost(why), Some(g)) = (&error, slot) {
-                            gpu_lost[g].get_or_insert_with(|| why.clone());
+                            slots.gpu_lost[g].get_or_insert_with(|| why.clone());
                         }
-                        r.duration_s = Some(seconds);
-                        r.outcome = Outcome::Failed;
-                        r.error_tier = Some(if error.is_user_error() {
+                        let tier = if error.is_user_error() {
                             Tier::User
                         } else {
                             Tier::Environment
-                        });
-                        r.error = Some(error.to_string());
-                        state[i] = State::Finished;
-                        finished(
-                            observer,
-                            i,
-                            Outcome::Failed,
-                            Some(seconds),
-                            Some(&error.to_string()),
-                        );
-                        if !cfg.keep_going {
-                            stopped = true;
-                        }
+                        };
+                        sc.failed(observer, i, tier, error.to_string(), Some(seconds));
                     }
                     WorkerResult::CorruptInput {
                         input,
@@ -551,39 +645,32 @@ pub fn run(
                         });
                         match up {
                             Some(u) if corrupt_retries[i] <= 2 => {
-                                if let Some(k) = reports[u].as_ref().and_then(|r| r.key) {
+                                if let Some(k) = sc.reports[u].as_ref().and_then(|r| r.key) {
                                     store.quarantine_manifest(&k)?;
                                 }
-                                resolved[u] = None;
-                                reports[u] = None;
-                                state[u] = State::Pending;
-                                reports[i] = None;
-                                state[i] = State::Pending;
+                                sc.resolved[u] = None;
+                                sc.reports[u] = None;
+                                sc.state[u] = State::Pending;
+                                sc.reports[i] = None;
+                                sc.state[i] = State::Pending;
                                 observer.event(RunEvent::Reopened { node: i });
                             }
                             _ => {
-                                let r = reports[i].as_mut().expect("report");
+                                let r = sc.reports[i].as_mut().expect("report");
                                 r.outcome = Outcome::Failed;
                                 r.error_tier = Some(Tier::Environment);
                                 r.error = Some(format!(
                                     "input `{input}` is corrupt in the store: {message}"
                                 ));
-                                state[i] = State::Finished;
+                                sc.state[i] = State::Finished;
                                 if !cfg.keep_going {
-                                    stopped = true;
+                                    sc.stopped = true;
                                 }
                             }
                         }
                     }
                     WorkerResult::Engine(e) => {
-                        r.outcome = Outcome::Failed;
-                        r.error_tier = Some(e.tier());
-                        r.error = Some(e.to_string());
-                        state[i] = State::Finished;
-                        finished(observer, i, Outcome::Failed, None, Some(&e.to_string()));
-                        if !cfg.keep_going {
-                            stopped = true;
-                        }
+                        sc.failed(observer, i, e.tier(), e.to_string(), None);
                     }
                 }
             }
@@ -592,8 +679,8 @@ pub fn run(
 
     let nodes = (0..n)
         .map(|i| {
-            reports[i].take().unwrap_or_else(|| {
-                let mut r = report(i, None, Outcome::Skipped);
+            sc.reports[i].take().unwrap_or_else(|| {
+                let mut r = sc.report(i, None, Outcome::Skipped);
                 r.error = Some("not started: the run stopped after a failure (use --keep-going to run independent nodes)".into());
                 r
             })
