@@ -300,7 +300,13 @@ pub fn stage_err(e: StageError) -> upcc_engine::TaskError {
     use upcc_engine::TaskError;
     match &e {
         StageError::Device(d) if d.is_fatal() => TaskError::DeviceLost(e.to_string()),
-        _ if e.is_user() => TaskError::Input(e.to_string()),
+        _ if e.is_user() => match e.detail() {
+            Some(detail) => TaskError::InputDetail {
+                message: e.to_string(),
+                detail,
+            },
+            None => TaskError::Input(e.to_string()),
+        },
         _ => TaskError::Failed(e.to_string()),
     }
 }

@@ -398,3 +398,33 @@ fn with_json_the_problems_come_located_on_stdout() {
     // The same problems on stderr, as text.
     assert!(r.stderr.contains("`--set train.epochs=0`"), "{r:?}");
 }
+
+/// A data error found while running keeps its fields: `run --json` reports the file, line
+/// and column beside the message, for tools that point an editor at them.
+#[test]
+fn a_data_error_keeps_its_file_and_place_in_run_json() {
+    let env = Env::new();
+    let mut lines: Vec<String> = blobs_csv(240).lines().map(|l| l.to_string()).collect();
+    let mut fields: Vec<String> = lines[5].split(',').map(|f| f.to_string()).collect();
+    fields[2] = "nan".into();
+    lines[5] = fields.join(",");
+    env.write("nan.csv", &(lines.join("\n") + "\n"));
+    env.write("nan.yaml", &tiny_with("data: blobs.csv", "data: nan.csv"));
+    let spec = env.path("nan.yaml").display().to_string();
+    let r = env.upcc(&["run", &spec, "--json", "--progress", "none"]);
+    assert_eq!(r.code, 2, "{r:?}");
+    let j = r.json();
+    let failed: Vec<&serde_json::Value> = j["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["outcome"] == "failed")
+        .collect();
+    assert_eq!(failed.len(), 1, "{j}");
+    let d = &failed[0]["error_detail"];
+    assert_eq!(d["kind"], "data", "{j}");
+    assert!(d["file"].as_str().unwrap().ends_with("nan.csv"), "{d}");
+    assert_eq!(d["place"]["line"], 6, "{d}");
+    assert_eq!(d["place"]["column"], 3, "{d}");
+    assert!(d["message"].as_str().unwrap().contains("not finite"), "{d}");
+}

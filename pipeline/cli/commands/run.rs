@@ -262,7 +262,13 @@ pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
         let nodes: Vec<_> = report
             .nodes
             .iter()
-            .map(|n| json!({"id": n.id, "stage": n.stage, "outcome": n.outcome, "key": n.key.map(|k| k.to_hex()), "duration_s": n.duration_s, "error": n.error}))
+            .map(|n| {
+                let mut j = json!({"id": n.id, "stage": n.stage, "outcome": n.outcome, "key": n.key.map(|k| k.to_hex()), "duration_s": n.duration_s, "error": n.error});
+                if let Some(d) = &n.error_detail {
+                    j["error_detail"] = d.clone();
+                }
+                j
+            })
             .collect();
         let obj = json!({
             "executed": executed, "cached": cached + elsewhere, "computed_elsewhere": elsewhere, "failed": failed, "skipped": skipped,

@@ -133,6 +133,9 @@ pub struct NodeReport {
     pub error: Option<String>,
     #[serde(skip)]
     pub error_tier: Option<Tier>,
+    /// A user error's structured fields (file and place, section and fields), when it has them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_detail: Option<serde_json::Value>,
     pub labels: BTreeMap<String, String>,
 }
 
@@ -239,6 +242,7 @@ impl<'a> Sched<'a> {
             duration_s: None,
             error: None,
             error_tier: None,
+            error_detail: None,
             labels: node.labels.clone(),
         }
     }
@@ -624,6 +628,9 @@ pub fn run(
                             Tier::Environment
                         };
                         sc.failed(observer, i, tier, error.to_string(), Some(seconds));
+                        if let Some(r) = sc.reports[i].as_mut() {
+                            r.error_detail = error.detail().cloned();
+                        }
                     }
                     WorkerResult::CorruptInput {
                         input,

@@ -46,11 +46,26 @@ pub enum TaskError {
     /// (an illegal address, a failed launch): the executor schedules nothing more onto it.
     #[error("{0}")]
     DeviceLost(String),
+    /// Bad user data or parameters, with the fields a tool can act on (the file and place,
+    /// the section and fields) beside the message: `run --json` reports them.
+    #[error("{message}")]
+    InputDetail {
+        message: String,
+        detail: serde_json::Value,
+    },
 }
 
 impl TaskError {
     pub fn is_user_error(&self) -> bool {
-        matches!(self, TaskError::Input(_))
+        matches!(self, TaskError::Input(_) | TaskError::InputDetail { .. })
+    }
+
+    /// The structured fields of the error, when it has them.
+    pub fn detail(&self) -> Option<&serde_json::Value> {
+        match self {
+            TaskError::InputDetail { detail, .. } => Some(detail),
+            _ => None,
+        }
     }
 }
 

@@ -17,6 +17,19 @@ pub enum DataPlace {
     Row(usize),
 }
 
+impl DataPlace {
+    /// As JSON for tools: `{"line": 3}`, `{"line": 3, "column": 2}`, `{"row": 7}` or `{}`.
+    pub fn to_json(self) -> serde_json::Value {
+        use serde_json::json;
+        match self {
+            DataPlace::File => json!({}),
+            DataPlace::Line(line) => json!({ "line": line }),
+            DataPlace::Cell { line, column } => json!({ "line": line, "column": column }),
+            DataPlace::Row(row) => json!({ "row": row }),
+        }
+    }
+}
+
 impl fmt::Display for DataPlace {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -85,6 +98,34 @@ impl StageError {
         }
     }
     /// Whether the user can fix it by changing data or parameters.
+    /// The fields of a user error, as JSON for tools (`run --json` reports them beside the
+    /// message): the file and place of bad data, the section and fields of refused
+    /// parameters, the table that could not be read. `None` for errors that are only words.
+    pub fn detail(&self) -> Option<serde_json::Value> {
+        use serde_json::json;
+        match self {
+            StageError::Data {
+                file,
+                place,
+                message,
+            } => Some(
+                json!({"kind": "data", "file": file, "place": place.to_json(), "message": message}),
+            ),
+            StageError::Params { section, problems } => Some(json!({
+                "kind": "params",
+                "section": section,
+                "problems": problems
+                    .iter()
+                    .map(|p| json!({"field": p.field, "message": p.message}))
+                    .collect::<Vec<_>>(),
+            })),
+            StageError::Table { what, message } => {
+                Some(json!({"kind": "table", "what": what, "message": message}))
+            }
+            _ => None,
+        }
+    }
+
     pub fn is_user(&self) -> bool {
         matches!(
             self,
@@ -110,4 +151,36 @@ pub struct Silent;
 impl Monitor for Silent {
     fn log(&mut self, _message: &str) {}
     fn progress(&mut self, _done: u64, _total: u64, _message: &str) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_errors_keep_their_fields_and_others_have_none() {
+        let d = StageError::Data {
+            file: "x.csv".into(),
+            place: DataPlace::Cell { line: 3, column: 2 },
+            message: "bad".into(),
+        }
+        .detail()
+        .unwrap();
+        assert_eq!(
+            d,
+            serde_json::json!({"kind": "data", "file": "x.csv", "place": {"line": 3, "column": 2}, "message": "bad"})
+        );
+        let p = StageError::Params {
+            section: "train".into(),
+            problems: vec![Problem::new("lr", "must be > 0")],
+        }
+        .detail()
+        .unwrap();
+        assert_eq!(p["section"], "train");
+        assert_eq!(p["problems"][0]["field"], "lr");
+        assert_eq!(DataPlace::Row(7).to_json(), serde_json::json!({"row": 7}));
+        assert_eq!(DataPlace::File.to_json(), serde_json::json!({}));
+        assert!(StageError::Failed("diverged".into()).detail().is_none());
+        assert!(StageError::Input("labels".into()).detail().is_none());
+    }
 }
