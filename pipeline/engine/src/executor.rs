@@ -307,10 +307,9 @@ impl<'a> Sched<'a> {
         error: String,
         seconds: Option<f64>,
     ) {
-        let key = self.reports[i].as_ref().and_then(|r| r.key);
         let mut r = self.reports[i]
             .take()
-            .unwrap_or_else(|| self.report(i, key, Outcome::Failed));
+            .unwrap_or_else(|| self.report(i, None, Outcome::Failed));
         r.outcome = Outcome::Failed;
         r.duration_s = seconds.or(r.duration_s);
         r.error_tier = Some(tier);
@@ -662,18 +661,13 @@ pub fn run(
                                 sc.state[i] = State::Pending;
                                 observer.event(RunEvent::Reopened { node: i });
                             }
-                            _ => {
-                                let r = sc.reports[i].as_mut().expect("report");
-                                r.outcome = Outcome::Failed;
-                                r.error_tier = Some(Tier::Environment);
-                                r.error = Some(format!(
-                                    "input `{input}` is corrupt in the store: {message}"
-                                ));
-                                sc.state[i] = State::Finished;
-                                if !cfg.keep_going {
-                                    sc.stopped = true;
-                                }
-                            }
+                            _ => sc.failed(
+                                observer,
+                                i,
+                                Tier::Environment,
+                                format!("input `{input}` is corrupt in the store: {message}"),
+                                None,
+                            ),
                         }
                     }
                     WorkerResult::Engine(e) => {
