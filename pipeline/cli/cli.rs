@@ -52,6 +52,11 @@ pub enum Command {
     Report(ReportArgs),
     /// Cancel the Slurm jobs of a spec's stale nodes (or of a selected cell or slice).
     Cancel(SpecArgs),
+    /// Upload the selected nodes' results in this store to the remote cache (those it lacks).
+    Push(SpecArgs),
+    /// Download from the remote cache the selected nodes' results this store lacks (computes
+    /// nothing).
+    Pull(SpecArgs),
     /// Run exactly one node whose inputs are computed: what a Slurm job of `run --executor
     /// slurm` runs. Fails if the spec no longer gives the node the submitted key.
     Job(JobArgs),
@@ -76,6 +81,7 @@ impl Command {
             Command::Status(a) => a.json,
             Command::Explain(a) => a.json,
             Command::Cancel(a) => a.json,
+            Command::Push(a) | Command::Pull(a) => a.json,
             Command::Device(a) => a.json,
             Command::Verify | Command::Gc(_) | Command::Report(_) | Command::Job(_) => false,
         }
@@ -94,6 +100,10 @@ pub struct SpecArgs {
     /// Print one JSON object on stdout instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Remote cache to consult and fill: s3://BUCKET[/PREFIX], gs://…, az://…, file:///PATH, or
+    /// `off` (default: $UPCC_REMOTE, else the spec's or user config's `remote:`, else none).
+    #[arg(long, value_name = "URL|off")]
+    pub remote: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -146,6 +156,10 @@ pub struct JobArgs {
     pub recipe: String,
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
+    /// Remote cache (as for `run`); the job downloads its node when the remote holds it, and
+    /// uploads it after computing it.
+    #[arg(long, value_name = "URL|off")]
+    pub remote: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -181,6 +195,10 @@ pub struct GcArgs {
     /// Only report what would be deleted.
     #[arg(long)]
     pub dry_run: bool,
+    /// Also collect the remote cache (the configured one, or URL): the same roots rule, and
+    /// the same grace. Without it, gc never deletes anything from a remote.
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
+    pub remote: Option<String>,
 }
 
 #[derive(Args, Debug)]

@@ -47,6 +47,12 @@ pub fn config() -> Option<PathBuf> {
     std::env::var_os("UPCC_CONFIG").map(PathBuf::from)
 }
 
+/// The remote cache (`--remote` wins; the spec's and user config's `remote:` lose):
+/// `$UPCC_REMOTE`, a URL or `off`.
+pub fn remote() -> Option<String> {
+    std::env::var_os("UPCC_REMOTE").map(|v| v.to_string_lossy().into_owned())
+}
+
 /// A folder of dataset files put there by hand (for offline machines): `$UPCC_DATA_MIRROR`.
 pub fn data_mirror() -> Option<PathBuf> {
     std::env::var_os("UPCC_DATA_MIRROR").map(PathBuf::from)
@@ -87,6 +93,15 @@ pub fn check() -> Result<()> {
         let v = v.to_string_lossy();
         if threads().is_none() {
             return Err(bad("UPCC_THREADS", &v, "a whole number of threads ≥ 1"));
+        }
+    }
+    if let Some(v) = std::env::var_os("UPCC_REMOTE") {
+        if v.to_str().is_none() {
+            return Err(bad(
+                "UPCC_REMOTE",
+                &v.to_string_lossy(),
+                "a URL (s3://, gs://, az://, file://) or off",
+            ));
         }
     }
     if let Some(v) = std::env::var_os("UPCC_DEVICE") {

@@ -106,12 +106,12 @@ impl History {
     }
 }
 
-/// The estimate for the nodes of `entries` (indices of `dag`) that are not fresh, or for all
-/// of them when `all` (a forced rerun); the store's manifests are read only when there is
-/// something to estimate.
+/// The estimate for the nodes of `entries` (indices of `dag`) that are not fresh and that the
+/// remote cache cannot answer, or for all of them when `all` (a forced rerun); the store's
+/// manifests are read only when there is something to estimate.
 pub fn estimate(store: &Store, dag: &Dag, entries: &[PlanEntry], all: bool) -> Result<Estimate> {
     let todo: Vec<usize> = (0..entries.len())
-        .filter(|&i| all || entries[i].status != NodeStatus::Fresh)
+        .filter(|&i| all || (entries[i].status != NodeStatus::Fresh && !entries[i].remote))
         .collect();
     if todo.is_empty() {
         return Ok(Estimate::default());

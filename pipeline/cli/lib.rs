@@ -11,6 +11,7 @@ pub mod eta;
 pub mod graph;
 pub mod method;
 pub mod progress;
+pub mod remote;
 pub mod select;
 pub mod slurm;
 pub mod spec;
@@ -55,6 +56,8 @@ pub fn main_entry() -> i32 {
         cli::Command::Gc(a) => commands::gc(a, &env),
         cli::Command::Report(a) => commands::report(a, &env),
         cli::Command::Cancel(a) => commands::cancel(a, &env),
+        cli::Command::Push(a) => commands::push(a, &env),
+        cli::Command::Pull(a) => commands::pull(a, &env),
         cli::Command::Job(a) => commands::job(a, &env),
         cli::Command::Device(a) => commands::device(a, &env),
     };
@@ -128,6 +131,7 @@ fn first_word(args: &[std::ffi::OsString]) -> String {
         .find(|a| {
             [
                 "run", "status", "explain", "verify", "gc", "report", "cancel", "job", "device",
+                "push", "pull",
             ]
             .contains(a)
         })

@@ -95,6 +95,10 @@ impl Progress {
                 "upcc: {n} ran      {id} ({:.1} s)",
                 seconds.unwrap_or(0.0)
             )),
+            Outcome::Downloaded => self.line(&format!(
+                "upcc: {n} fetched  {id} (from the remote cache, {:.1} s)",
+                seconds.unwrap_or(0.0)
+            )),
             Outcome::ComputedElsewhere => self.line(&format!(
                 "upcc: {n} shared   {id} (computed by another process)"
             )),

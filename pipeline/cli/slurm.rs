@@ -160,6 +160,26 @@ pub fn user_config_path() -> Option<PathBuf> {
 struct UserConfig {
     #[serde(default)]
     executor: Option<ExecutorSection>,
+    /// The remote cache where neither flag, environment nor spec names one.
+    #[serde(default)]
+    remote: Option<String>,
+}
+
+/// The user config file's `remote:`, if it has one.
+pub fn user_config_remote() -> Result<Option<String>> {
+    Ok(read_user_config()?.and_then(|c| c.remote))
+}
+
+fn read_user_config() -> Result<Option<UserConfig>> {
+    let Some(path) = user_config_path().filter(|p| p.exists()) else {
+        return Ok(None);
+    };
+    let text = fs_err::read_to_string(&path)
+        .map_err(|e| CliError::user(format!("cannot read `{}`: {e}", path.display())))?;
+    serde_yaml_ng::from_str(&text).map(Some).map_err(|e| {
+        CliError::user(format!("`{}`: {e}", path.display()))
+            .hint("the user config holds `executor: {kind: slurm, slurm: {...}}` and `remote: URL` (README, On a Slurm cluster; Sharing results through a remote cache)")
+    })
 }
 
 /// The executor section that applies: the spec's, else the user config file's, else defaults.
@@ -167,15 +187,10 @@ pub fn executor_section(spec: Option<&ExecutorSection>) -> Result<ExecutorSectio
     if let Some(s) = spec {
         return Ok(s.clone());
     }
-    let Some(path) = user_config_path().filter(|p| p.exists()) else {
+    let Some(cfg) = read_user_config()? else {
         return Ok(ExecutorSection::default());
     };
-    let text = fs_err::read_to_string(&path)
-        .map_err(|e| CliError::user(format!("cannot read `{}`: {e}", path.display())))?;
-    let cfg: UserConfig = serde_yaml_ng::from_str(&text).map_err(|e| {
-        CliError::user(format!("`{}`: {e}", path.display()))
-            .hint("the user config holds `executor: {kind: slurm, slurm: {...}}` (README, On a Slurm cluster)")
-    })?;
+    let path = user_config_path().unwrap_or_default();
     let section = cfg.executor.unwrap_or_default();
     if let Some((field, msg)) = section.slurm.check().into_iter().next() {
         return Err(CliError::user(format!(
@@ -444,6 +459,9 @@ pub struct Invocation {
     pub gpus: Option<String>,
     /// The numerics class the driver planned training nodes with (jobs plan with it too).
     pub numerics: String,
+    /// `--remote` as the driver was given it (jobs resolve `$UPCC_REMOTE`, the spec and the
+    /// user config themselves, as the driver did).
+    pub remote: Option<String>,
 }
 
 impl Invocation {
@@ -468,6 +486,7 @@ impl Invocation {
             device,
             gpus,
             numerics,
+            remote: None,
         }
     }
 
@@ -498,6 +517,9 @@ impl Invocation {
         ]);
         for s in &self.sets {
             words.extend(["--set".into(), sh_quote(s)]);
+        }
+        if let Some(r) = &self.remote {
+            words.extend(["--remote".into(), sh_quote(r)]);
         }
         Ok(words.join(" "))
     }

@@ -17,6 +17,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("device", &["error", "env"]),
     ("eta", &["error"]),
     ("slurm", &["error", "env"]),
+    ("remote", &["error", "env"]),
     ("spec", &["error", "method", "target", "slurm"]),
     ("wiring", &["error", "device", "spec"]),
     ("stage", &["error", "device", "env", "spec", "wiring"]),
@@ -32,8 +33,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "commands",
         &[
-            "cli", "device", "env", "error", "eta", "graph", "progress", "select", "slurm", "spec",
-            "stage", "method", "target", "wiring",
+            "cli", "device", "env", "error", "eta", "graph", "progress", "remote", "select",
+            "slurm", "spec", "stage", "method", "target", "wiring",
         ],
     ),
 ];

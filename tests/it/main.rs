@@ -25,6 +25,7 @@ mod numerics;
 mod params;
 mod pickles;
 mod published;
+mod remote;
 mod report;
 mod slurm;
 mod snapshots;

@@ -312,6 +312,20 @@ pub(crate) fn numerics_classes(store: &Store) -> Result<BTreeSet<String>> {
     Ok(classes)
 }
 
+/// The remote cache of a command on `spec`: `--remote` (`flag`), else `$UPCC_REMOTE`, else the
+/// spec's `remote:`, else the user config's; none by default, and none for `off`. Its warnings
+/// go to stderr.
+pub(crate) fn remote_for(
+    flag: Option<&str>,
+    spec: &Spec,
+) -> Result<Option<std::sync::Arc<upcc_engine::RemoteCache>>> {
+    let config = crate::slurm::user_config_remote()?;
+    match crate::remote::choose(flag, spec.file.remote.as_deref(), config.as_deref()) {
+        None => Ok(None),
+        Some((url, origin)) => crate::remote::open(&url, origin, true).map(Some),
+    }
+}
+
 /// Threads per CPU training node when --node-threads is not given: small networks scale to a
 /// few threads, so a many-core machine runs several nodes side by side (README, Benchmarks).
 pub const DEFAULT_NODE_THREADS: usize = 4;

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use upcc_engine::{plan, Digest, NodeKeyTag, NodeStatus};
+use upcc_engine::{plan_with, Digest, NodeKeyTag, NodeStatus};
 
 use super::context::*;
 use crate::cli::GcArgs;
@@ -19,10 +19,26 @@ pub fn gc(args: &GcArgs, env: &Env) -> Result<i32> {
         .hint("0 keeps nothing for being recent; the default 60 keeps what was written in the last hour")
     })?;
     let store = open_store(&env.store, false)?;
+    // `--remote [URL]`: the remote is collected too, with the same roots; never without it.
+    let remote = match &args.remote {
+        None => None,
+        Some(url) => {
+            let first = spec::load(&args.specs[0], &[])?;
+            let flag = Some(url.as_str()).filter(|u| !u.is_empty());
+            match remote_for(flag, &first)? {
+                Some(r) => Some(r),
+                None => return Err(super::push::no_remote("gc --remote")),
+            }
+        }
+    };
     let mut keep: BTreeSet<Digest<NodeKeyTag>> = BTreeSet::new();
     // Results of every device class in the store are kept, not only this machine's: a `gc` on
     // a login node without a GPU must not delete what the GPU nodes computed.
-    let classes = numerics_classes(&store)?;
+    let mut classes = numerics_classes(&store)?;
+    if let Some(r) = &remote {
+        // And of every class on the remote (a GPU cluster's results, pushed from elsewhere).
+        classes.extend(remote_classes(r)?);
+    }
     // Slurm jobs that may still run read what their specs reach: keep that too.
     let mut specs: Vec<(String, Vec<String>)> =
         args.specs.iter().map(|s| (s.clone(), vec![])).collect();
@@ -44,24 +60,67 @@ pub fn gc(args: &GcArgs, env: &Env) -> Result<i32> {
         })?;
         for class in &classes {
             let built = crate::graph::build_for_numerics(&spec, class)?;
-            for e in plan(&built.dag, &store, &spec.file.name)? {
-                if e.status == NodeStatus::Fresh {
-                    keep.insert(e.key.expect("fresh nodes have keys"));
+            // With a remote, the keys of nodes below a result that is only on the remote
+            // come from its manifest (as `status` finds them).
+            for e in plan_with(&built.dag, &store, &spec.file.name, remote.as_deref())? {
+                if e.status == NodeStatus::Fresh || e.remote {
+                    keep.insert(e.key.expect("fresh and remote nodes have keys"));
                 }
             }
         }
     }
     let r = store.gc(&keep, Duration::from_secs(grace_minutes * 60), args.dry_run)?;
-    println!(
+    println!("{}", describe(&r, args.dry_run));
+    if let Some(remote) = &remote {
+        if let Some(why) = remote.unreachable() {
+            return Err(CliError::env(format!(
+                "remote `{}` could not be read, so nothing was deleted from it: {why}",
+                remote.describe()
+            )));
+        }
+        let r = remote
+            .gc(&keep, Duration::from_secs(grace_minutes * 60), args.dry_run)
+            .map_err(|e| {
+                CliError::env(format!(
+                    "gc of remote `{}` stopped: {e}",
+                    remote.describe()
+                ))
+                .hint("what was deleted is gone, the rest is intact (results first, then unreferenced objects); run it again when the remote answers")
+            })?;
+        println!(
+            "remote `{}`: {}",
+            remote.describe(),
+            describe(&r, args.dry_run)
+        );
+    }
+    Ok(0)
+}
+
+/// One line of what a gc did (or would do).
+fn describe(r: &upcc_engine::store::GcReport, dry_run: bool) -> String {
+    format!(
         "{}{} results and {} objects ({:.1} MiB) {}; kept {} results ({} only because they are recent) and {} objects",
-        if args.dry_run { "dry run: " } else { "" },
+        if dry_run { "dry run: " } else { "" },
         r.manifests_deleted,
         r.objects_deleted,
         r.bytes_freed as f64 / 1048576.0,
-        if args.dry_run { "would be deleted" } else { "deleted" },
+        if dry_run { "would be deleted" } else { "deleted" },
         r.manifests_kept,
         r.kept_because_recent,
         r.objects_kept
-    );
-    Ok(0)
+    )
+}
+
+/// The numerics classes of the training results on the remote (every manifest read once).
+fn remote_classes(remote: &upcc_engine::RemoteCache) -> Result<BTreeSet<String>> {
+    let keys = remote.list_keys().map_err(|e| {
+        CliError::env(format!("cannot list remote `{}`: {e}", remote.describe()))
+            .hint("nothing was deleted; run it again when the remote answers")
+    })?;
+    Ok(keys
+        .iter()
+        .filter_map(|k| remote.manifest(k))
+        .map(|m| m.material.numerics)
+        .filter(|n| n != "exact")
+        .collect())
 }

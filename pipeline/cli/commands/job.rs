@@ -17,6 +17,7 @@ pub fn job(args: &JobArgs, env: &Env) -> Result<i32> {
         spec_and_selectors: vec![spec_arg.clone()],
         set: args.set.clone(),
         json: false,
+        remote: args.remote.clone(),
     };
     let threads = crate::env::threads().unwrap_or_else(default_threads).max(1);
     // A job plans with the numerics class its driver planned with, so that a node that does
@@ -84,6 +85,7 @@ pub fn job(args: &JobArgs, env: &Env) -> Result<i32> {
         provenance: provenance(run_id(), &loaded.compute),
         poll_interval: Duration::from_millis(250),
         gpus: loaded.compute.gpu_budgets_mb(),
+        remote: remote_for(args.remote.as_deref(), &loaded.spec)?,
     };
     let mut ui = Progress::new(ProgressMode::Plain, dag.len());
     let report = engine_run(&dag, &store, &cfg, &mut ui);
@@ -93,6 +95,10 @@ pub fn job(args: &JobArgs, env: &Env) -> Result<i32> {
     match n.outcome {
         Outcome::Executed => eprintln!(
             "upcc job: computed {node_id} ({:.1} s)",
+            n.duration_s.unwrap_or(0.0)
+        ),
+        Outcome::Downloaded => eprintln!(
+            "upcc job: downloaded {node_id} from the remote cache ({:.1} s)",
             n.duration_s.unwrap_or(0.0)
         ),
         Outcome::Failed => {

@@ -164,21 +164,39 @@ pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
         // is computed or written (the kernels are compiled now, once).
         loaded.compute.open()?;
     }
+    // The remote is checked (its URL, its credentials' settings) before anything is written.
+    let remote = remote_for(args.spec.remote.as_deref(), &loaded.spec)?;
     if executor == ExecutorArg::Local {
-        // Before the store is created or anything written: the nodes this run computes.
+        // Before the store is created or anything written: the nodes this run computes (not
+        // those the remote cache answers).
         let computes = || -> Result<Vec<bool>> {
-            Ok(match open_store(store_flag, false) {
-                Ok(store) if !args.force => plan(&dag, &store, &loaded.spec.file.name)?
+            if args.force {
+                return Ok(vec![true; dag.len()]);
+            }
+            let store = open_store(store_flag, false)
+                .unwrap_or_else(|_| Store::view_nonexistent(&store_path(store_flag)));
+            Ok(
+                upcc_engine::plan_with(&dag, &store, &loaded.spec.file.name, remote.as_deref())?
                     .iter()
-                    .map(|e| e.status != NodeStatus::Fresh)
+                    .map(|e| e.status != NodeStatus::Fresh && !e.remote)
                     .collect(),
-                _ => vec![true; dag.len()],
-            })
+            )
         };
         check_memory(&loaded.built, &dag, computes, &loaded.compute)?;
     }
     let store = open_store(store_flag, true)?;
     if executor == ExecutorArg::Slurm {
+        if let Some(r) = &remote {
+            // What the remote holds is downloaded here, not submitted as jobs.
+            let p = super::pull::pull_into(&dag, &store, &loaded.spec.file.name, r)?;
+            if p.pulled > 0 && !args.spec.json {
+                eprintln!(
+                    "upcc: {} nodes downloaded from the remote cache `{}`",
+                    p.pulled,
+                    r.describe()
+                );
+            }
+        }
         return run_slurm(args, env, &loaded, &dag, &store, &section.slurm, t0);
     }
     let progress = match args.progress {
@@ -207,6 +225,7 @@ pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
         provenance: provenance(run_id(), &loaded.compute),
         poll_interval: Duration::from_millis(250),
         gpus: loaded.compute.gpu_budgets_mb(),
+        remote: remote.clone(),
     };
     if progress != ProgressMode::Quiet {
         eprintln!(
@@ -217,10 +236,21 @@ pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
             loaded.compute.name(),
             loaded.compute.numerics()
         );
+        if let Some(r) = &remote {
+            eprintln!(
+                "upcc: remote cache `{}`: results it holds are downloaded, results computed here are uploaded",
+                r.describe()
+            );
+        }
     }
     if progress != ProgressMode::Quiet {
         // What is left, from the times this store recorded for comparable nodes.
-        let entries = plan(&dag, &store, &loaded.spec.file.name)?;
+        let asked = remote.as_deref().filter(|_| !args.force);
+        let entries = upcc_engine::plan_with(&dag, &store, &loaded.spec.file.name, asked)?;
+        let on_remote = entries.iter().filter(|e| e.remote).count();
+        if on_remote > 0 {
+            eprintln!("upcc: {on_remote} nodes are downloaded from the remote cache");
+        }
         let eta = crate::eta::estimate(&store, &dag, &entries, args.force)?;
         if eta.with_basis + eta.without_basis > 0 {
             eprintln!("upcc: {}", eta.describe());
@@ -250,6 +280,7 @@ pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
         let again = again?;
         report = merge_reports(report, again);
     }
+    let downloaded = report.count(Outcome::Downloaded);
     let (executed, cached, elsewhere, failed, skipped) = (
         report.count(Outcome::Executed),
         report.count(Outcome::Cached),
@@ -271,7 +302,8 @@ pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
             })
             .collect();
         let obj = json!({
-            "executed": executed, "cached": cached + elsewhere, "computed_elsewhere": elsewhere, "failed": failed, "skipped": skipped,
+            "executed": executed, "cached": cached + elsewhere, "computed_elsewhere": elsewhere, "downloaded": downloaded, "failed": failed, "skipped": skipped,
+            "remote": remote.as_ref().map(|r| json!({"url": r.describe(), "stats": r.stats(), "unreachable": r.unreachable(), "warnings": r.warnings()})),
             "total": report.nodes.len(), "seconds": seconds, "store": store.root().display().to_string(),
             "device": loaded.compute.name(), "numerics": loaded.compute.numerics(),
             "nodes": nodes, "tables": tables.iter().cloned().collect::<BTreeMap<_, _>>(),
@@ -293,18 +325,42 @@ pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
             eprintln!("  log: {}", store.log_path(&k).display());
         }
     }
-    if executed == 0 && failed == 0 && skipped == 0 {
+    if executed == 0 && failed == 0 && skipped == 0 && downloaded == 0 {
         eprintln!(
             "upcc: all {} nodes cached; nothing to do ({seconds:.1} s)",
             report.nodes.len()
         );
     } else {
         eprintln!(
-            "upcc: {} nodes: {executed} executed, {} cached{}, {failed} failed, {skipped} skipped ({seconds:.1} s)",
+            "upcc: {} nodes: {executed} executed, {}{} cached{}, {failed} failed, {skipped} skipped ({seconds:.1} s)",
             report.nodes.len(),
+            if downloaded > 0 { format!("{downloaded} downloaded from the remote, ") } else { String::new() },
             cached + elsewhere,
             if elsewhere > 0 { format!(" ({elsewhere} by another process)") } else { String::new() }
         );
+    }
+    if let Some(r) = &remote {
+        let s = r.stats();
+        if s.nodes_uploaded + s.nodes_downloaded + s.refused > 0 || r.unreachable().is_some() {
+            eprintln!(
+                "upcc: remote `{}`: {} results downloaded ({:.1} MiB), {} uploaded ({:.1} MiB){}{}",
+                r.describe(),
+                s.nodes_downloaded,
+                s.bytes_downloaded as f64 / 1048576.0,
+                s.nodes_uploaded,
+                s.bytes_uploaded as f64 / 1048576.0,
+                if s.refused > 0 {
+                    format!(", {} refused as corrupt or incomplete", s.refused)
+                } else {
+                    String::new()
+                },
+                if r.unreachable().is_some() {
+                    "; unreachable during the run (`upcc push` uploads what it missed)"
+                } else {
+                    ""
+                }
+            );
+        }
     }
     Ok(report
         .failure_tier()
@@ -337,7 +393,7 @@ pub(crate) fn run_slurm(
         }
         .to_string(),
     );
-    let inv = crate::slurm::Invocation::new(
+    let mut inv = crate::slurm::Invocation::new(
         &args.spec.spec_and_selectors[0],
         &args.spec.set,
         store.root(),
@@ -345,6 +401,7 @@ pub(crate) fn run_slurm(
         env.gpus.clone(),
         loaded.compute.numerics(),
     );
+    inv.remote = args.spec.remote.clone();
     let sub = crate::slurm::submit(
         dag,
         &loaded.spec.file.name,

@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use serde_json::json;
-use upcc_engine::{plan, NodeStatus, Store};
+use upcc_engine::{plan_with, NodeStatus, Store};
 
 use super::context::*;
 use crate::cli::SpecArgs;
@@ -22,7 +22,9 @@ pub fn status(args: &SpecArgs, env: &Env) -> Result<i32> {
     } else {
         Store::view_nonexistent(&path)
     };
-    let entries = plan(&dag, &store, &loaded.spec.file.name)?;
+    let remote = remote_for(args.remote.as_deref(), &loaded.spec)?;
+    let entries = plan_with(&dag, &store, &loaded.spec.file.name, remote.as_deref())?;
+    let on_remote = entries.iter().filter(|e| e.remote).count();
     // Nodes another process is computing right now (its lease is held; a dead holder's is not).
     let running: Vec<Option<upcc_engine::LeaseHolder>> = entries
         .iter()
@@ -97,6 +99,9 @@ pub fn status(args: &SpecArgs, env: &Env) -> Result<i32> {
             .zip(&jobs)
             .map(|((e, r), j)| {
                 let mut n = json!({"id": e.id, "stage": e.stage, "status": e.status, "key": e.key.map(|k| k.to_hex()), "reasons": e.reasons});
+                if e.remote {
+                    n["remote"] = json!(true);
+                }
                 if let Some(h) = r {
                     n["running"] = json!({"pid": h.pid, "host": h.host, "since": h.since, "run_id": h.run_id,
                         "heartbeat_age_s": h.heartbeat_age().map(|a| a.as_secs()),
@@ -118,7 +123,9 @@ pub fn status(args: &SpecArgs, env: &Env) -> Result<i32> {
             "{}",
             json!({"fresh": fresh, "stale": stale, "missing": missing, "running": n_running, "total": entries.len(), "estimate": eta.to_json(),
                    "device": loaded.compute.name(), "numerics": loaded.compute.numerics(),
-                   "slurm": {"queued": queued_jobs, "running": running_jobs, "failed": failed_jobs}, "nodes": nodes})
+                   "slurm": {"queued": queued_jobs, "running": running_jobs, "failed": failed_jobs},
+                   "remote": remote.as_ref().map(|r| json!({"url": r.describe(), "answers": on_remote, "unreachable": r.unreachable()})),
+                   "nodes": nodes})
         );
     } else {
         let width = entries.iter().map(|e| e.id.len()).max().unwrap_or(4).max(4);
@@ -168,6 +175,14 @@ pub fn status(args: &SpecArgs, env: &Env) -> Result<i32> {
                         format!("{}; `upcc explain` shows its log", st.describe(id)),
                     ),
                 },
+                (None, None) if e.remote => (
+                    status_word(e.status),
+                    if why.is_empty() {
+                        "on the remote: `run` downloads it".to_string()
+                    } else {
+                        format!("on the remote: `run` downloads it ({why})")
+                    },
+                ),
                 (None, None) => (status_word(e.status), why),
             };
             let _ = writeln!(out, "{word:<8} {:<12} {:<width$}  {why}", e.stage, e.id);
@@ -182,6 +197,20 @@ pub fn status(args: &SpecArgs, env: &Env) -> Result<i32> {
                 String::new()
             }
         );
+        if let Some(r) = &remote {
+            let _ = writeln!(
+                out,
+                "remote `{}`: {}",
+                r.describe(),
+                match r.unreachable() {
+                    Some(why) => format!("not reachable ({why})"),
+                    None => format!(
+                        "answers {on_remote} of the {} nodes not fresh here",
+                        stale + missing
+                    ),
+                }
+            );
+        }
         if !ids.is_empty() {
             let _ = writeln!(
                 out,

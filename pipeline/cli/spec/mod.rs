@@ -90,6 +90,10 @@ pub struct SpecFile {
     /// How `upcc run` executes this spec's nodes (never part of any key).
     #[serde(default)]
     pub executor: Option<crate::slurm::ExecutorSection>,
+    /// The remote cache its runs consult and fill (`s3://…`, `gs://…`, `az://…`, `file:///…`,
+    /// or `off`); `--remote` and `$UPCC_REMOTE` win. Never part of any key.
+    #[serde(default)]
+    pub remote: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

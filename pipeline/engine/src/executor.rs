@@ -21,6 +21,7 @@ use crate::fsutil::{host_name, peak_rss_bytes, rfc3339};
 use crate::key::KeyMaterial;
 use crate::lease::{try_acquire, Lease, LeaseAttempt, LeaseHolder};
 use crate::plan::{material_for, SourceCache};
+use crate::remote::RemoteCache;
 use crate::store::{
     Manifest, OutputRecord, Provenance, RefRecord, Store, StoreError, MANIFEST_SCHEMA_VERSION,
 };
@@ -105,6 +106,9 @@ pub struct RunConfig {
     /// GPU slots: the memory budget in MiB of each GPU nodes may be placed on (empty: nodes
     /// run without a GPU slot).
     pub gpus: Vec<u64>,
+    /// The remote cache: asked for every node before it is computed (the node is downloaded
+    /// when the remote holds its key), and given every node computed here.
+    pub remote: Option<Arc<RemoteCache>>,
 }
 
 /// What happened to one node.
@@ -117,6 +121,8 @@ pub enum Outcome {
     Cached,
     /// Another process computed it while this one waited.
     ComputedElsewhere,
+    /// Downloaded from the remote cache (computed on another machine).
+    Downloaded,
     Failed,
     /// Not run: an upstream node failed, or the run stopped after a failure.
     Skipped,
@@ -180,6 +186,13 @@ enum State {
 }
 
 enum WorkerResult {
+    /// The remote cache held the node: downloaded and published here.
+    Fetched {
+        outputs: BTreeMap<String, OutputRecord>,
+        seconds: f64,
+    },
+    /// The remote cache could not answer: compute the node.
+    NotOnRemote,
     Done {
         outputs: BTreeMap<String, OutputRecord>,
         seconds: f64,
@@ -214,6 +227,8 @@ struct Sched<'a> {
     /// Keys this process started: a second node of the same key (two methods of one kind)
     /// waits for it quietly and then reads as cached, not as another process's work.
     own_keys: std::collections::HashSet<Digest<NodeKeyTag>>,
+    /// Nodes the remote cache was asked for (and could not answer).
+    remote_tried: Vec<bool>,
     stopped: bool,
 }
 
@@ -228,6 +243,7 @@ impl<'a> Sched<'a> {
             resolved: vec![None; n],
             reports: vec![None; n],
             own_keys: Default::default(),
+            remote_tried: vec![false; n],
             stopped: false,
         }
     }
@@ -418,6 +434,10 @@ pub fn run(
     let mut sources = SourceCache::new(true);
     let mut source_bytes: HashMap<(usize, String), Arc<Vec<u8>>> = HashMap::new();
     let mut corrupt_retries = vec![0u32; n];
+    // What each running node holds (a download holds less than a computation), and the key of
+    // each node being downloaded (to compute it if the remote cannot answer).
+    let mut running_res: Vec<Option<crate::task::Resources>> = vec![None; n];
+    let mut fetching: Vec<Option<(KeyMaterial, Digest<NodeKeyTag>)>> = vec![None; n];
     let (tx, rx): (Sender<Event>, Receiver<Event>) = channel();
     let (ptx, prx) = channel::<ProgressEvent>();
     let mut last_poll = Instant::now() - cfg.poll_interval;
@@ -484,7 +504,19 @@ pub fn run(
                         continue;
                     }
                 }
-                let res = dag.node(i).resources;
+                // A node the remote cache may hold is first only downloaded: one thread, no
+                // memory or GPU slot; computed (with its resources) when the remote cannot
+                // answer.
+                let fetch = cfg.remote.is_some() && !sc.remote_tried[i] && !cfg.force.contains(&i);
+                let res = if fetch {
+                    crate::task::Resources {
+                        threads: 1,
+                        memory_mb: 0,
+                        gpu_memory_mb: 0,
+                    }
+                } else {
+                    dag.node(i).resources
+                };
                 let threads = res.threads.clamp(1, cfg.threads.max(1));
                 if !slots.fits(&res, threads) {
                     continue;
@@ -542,12 +574,19 @@ pub fn run(
                 slots.take(i, &res, threads, gpu);
                 sc.own_keys.insert(key);
                 sc.state[i] = State::Running;
-                sc.reports[i] = Some(sc.report(i, Some(key), Outcome::Executed));
-                observer.event(RunEvent::Started {
-                    node: i,
-                    id: &dag.node(i).id,
-                });
+                running_res[i] = Some(res);
+                if fetch {
+                    fetching[i] = Some((material.clone(), key));
+                    sc.reports[i] = Some(sc.report(i, Some(key), Outcome::Downloaded));
+                } else {
+                    sc.reports[i] = Some(sc.report(i, Some(key), Outcome::Executed));
+                    observer.event(RunEvent::Started {
+                        node: i,
+                        id: &dag.node(i).id,
+                    });
+                }
                 let job = Job {
+                    fetch_only: fetch,
                     index: i,
                     dag_node: dag.node(i).clone(),
                     material,
@@ -608,9 +647,24 @@ pub fn run(
         };
         match event {
             Event::Finished { node: i, result } => {
-                let res = dag.node(i).resources;
+                let res = running_res[i]
+                    .take()
+                    .expect("a running node holds resources");
                 let slot = slots.release(i, &res, cfg);
                 match result {
+                    WorkerResult::Fetched { outputs, seconds } => {
+                        let r = sc.reports[i].as_mut().expect("running node has a report");
+                        r.duration_s = Some(seconds);
+                        sc.resolved[i] = Some(outputs);
+                        sc.finished(observer, i, Some(seconds), None);
+                    }
+                    WorkerResult::NotOnRemote => {
+                        // Compute it: back to ready, with the remote out of the question.
+                        sc.remote_tried[i] = true;
+                        sc.reports[i] = None;
+                        let (material, key) = fetching[i].take().expect("kept when started");
+                        sc.state[i] = State::Ready { material, key };
+                    }
                     WorkerResult::Done { outputs, seconds } => {
                         let r = sc.reports[i].as_mut().expect("running node has a report");
                         r.duration_s = Some(seconds);
@@ -712,6 +766,8 @@ fn update_ref(
 }
 
 struct Job {
+    /// Only download the node from the remote cache (report `NotOnRemote` if it cannot).
+    fetch_only: bool,
     index: usize,
     dag_node: crate::dag::NodeDef,
     material: KeyMaterial,
@@ -727,6 +783,30 @@ impl Job {
     fn execute(self, lease: Lease, progress: Sender<ProgressEvent>) -> WorkerResult {
         let _span =
             tracing::info_span!("node", id = %self.dag_node.id, key = %self.key.short()).entered();
+        if self.fetch_only {
+            let t0 = Instant::now();
+            let remote = self.cfg.remote.as_ref().expect("fetch jobs have a remote");
+            let got = remote.fetch(&self.store, &self.key);
+            let result = match got {
+                Ok(Some(m)) => match update_ref(
+                    &self.store,
+                    &self.cfg.spec,
+                    &self.dag_node.id,
+                    &self.material,
+                    self.key,
+                ) {
+                    Ok(()) => WorkerResult::Fetched {
+                        outputs: m.outputs,
+                        seconds: t0.elapsed().as_secs_f64(),
+                    },
+                    Err(e) => WorkerResult::Engine(e),
+                },
+                Ok(None) => WorkerResult::NotOnRemote,
+                Err(e) => WorkerResult::Engine(e.into()),
+            };
+            drop(lease);
+            return result;
+        }
         tracing::debug!(
             material = %self.material.canonical_json().unwrap_or_default(),
             "key material"
@@ -809,7 +889,19 @@ impl Job {
         let result = self.publish(pending, summary, &log, started_at, seconds);
         drop(lease);
         match result {
-            Ok(outputs) => WorkerResult::Done { outputs, seconds },
+            Ok(manifest) => {
+                // Shared with other machines once it is safely here; a remote that fails only
+                // warns (the result is stored locally, `upcc push` uploads it later).
+                if let Some(remote) = &self.cfg.remote {
+                    if let Err(e) = remote.upload(&self.store, &manifest) {
+                        tracing::warn!("upload of {} failed: {e}", self.key.short());
+                    }
+                }
+                WorkerResult::Done {
+                    outputs: manifest.outputs,
+                    seconds,
+                }
+            }
             Err(e) => WorkerResult::Engine(e),
         }
     }
@@ -821,7 +913,7 @@ impl Job {
         log: &str,
         started_at: SystemTime,
         seconds: f64,
-    ) -> Result<BTreeMap<String, OutputRecord>, EngineError> {
+    ) -> Result<Manifest, EngineError> {
         let declared: BTreeSet<&String> = self.dag_node.outputs.iter().collect();
         let produced: BTreeSet<&String> = pending.keys().collect();
         if declared != produced {
@@ -849,7 +941,7 @@ impl Job {
             key: self.key,
             node_id: self.dag_node.id.clone(),
             material: self.material.clone(),
-            outputs: outputs.clone(),
+            outputs,
             summary,
             provenance: Provenance {
                 tool: p.tool.clone(),
@@ -879,6 +971,6 @@ impl Job {
             &self.material,
             self.key,
         )?;
-        Ok(outputs)
+        Ok(manifest)
     }
 }

@@ -13,6 +13,7 @@ pub mod fsutil;
 pub mod key;
 pub mod lease;
 pub mod plan;
+pub mod remote;
 pub mod store;
 pub mod task;
 
@@ -24,7 +25,8 @@ pub use executor::{
 };
 pub use key::{KeyChange, KeyMaterial, KEY_SCHEMA_VERSION};
 pub use lease::{LeaseHolder, LeaseTiming};
-pub use plan::{plan, NodeStatus, PlanEntry};
+pub use plan::{plan, plan_with, NodeStatus, PlanEntry};
+pub use remote::{Bucket, BucketError, Listed, Put, PutMode, RemoteCache, RemoteStats, Uploaded};
 pub use store::{Manifest, OutputRecord, Provenance, RefRecord, Store, StoreError};
 pub use task::{PendingOutput, Resources, Task, TaskContext, TaskError};
 

@@ -9,6 +9,7 @@ use crate::dag::{Dag, InputDef, Source};
 use crate::digest::{Artifact, Digest, NodeKeyTag};
 use crate::error::EngineError;
 use crate::key::{diff, KeyMaterial, KEY_SCHEMA_VERSION};
+use crate::remote::RemoteCache;
 use crate::store::{OutputRecord, Store};
 
 /// State of a node before a run.
@@ -37,6 +38,10 @@ pub struct PlanEntry {
     /// Why it is stale: changed params, inputs, versions; or the upstream that will rerun.
     pub reasons: Vec<String>,
     pub labels: BTreeMap<String, String>,
+    /// Not fresh here, but the remote cache holds a usable result for the key (`run` downloads
+    /// it instead of computing).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub remote: bool,
 }
 
 /// Hashes of source files, read once per command.
@@ -113,6 +118,18 @@ pub(crate) fn material_for(
 
 /// Plan `dag` against `store` without writing anything.
 pub fn plan(dag: &Dag, store: &Store, spec: &str) -> Result<Vec<PlanEntry>, EngineError> {
+    plan_with(dag, store, spec, None)
+}
+
+/// [`plan`], asking `remote` (when given) about every node that is not fresh here: a node
+/// whose key it answers is marked `remote`, and its manifest's outputs give the keys of the
+/// nodes below it, as a local result would.
+pub fn plan_with(
+    dag: &Dag,
+    store: &Store,
+    spec: &str,
+    remote: Option<&RemoteCache>,
+) -> Result<Vec<PlanEntry>, EngineError> {
     let mut sources = SourceCache::new(false);
     let mut resolved: Vec<Option<BTreeMap<String, OutputRecord>>> = vec![None; dag.len()];
     let mut out: Vec<PlanEntry> = Vec::with_capacity(dag.len());
@@ -121,22 +138,29 @@ pub fn plan(dag: &Dag, store: &Store, spec: &str) -> Result<Vec<PlanEntry>, Engi
         let previous = store.read_ref(spec, &node.id)?;
         let material = material_for(dag, i, &resolved, &mut sources)?;
         let key = material.as_ref().map(|m| m.digest()).transpose()?;
+        let mut on_remote = false;
         let (status, reasons) = match (&material, key) {
             (Some(material), Some(key)) => {
                 if let Some(m) = store.fresh_manifest(&key)? {
                     resolved[i] = Some(m.outputs);
                     (NodeStatus::Fresh, vec![])
-                } else if let Some(prev) = &previous {
-                    let mut reasons: Vec<String> = diff(&prev.material, material)
-                        .iter()
-                        .map(|c| c.to_string())
-                        .collect();
-                    if reasons.is_empty() {
-                        reasons.push("its stored result is missing or incomplete (deleted, quarantined or never finished)".into());
-                    }
-                    (NodeStatus::Stale, reasons)
                 } else {
-                    (NodeStatus::Missing, vec![])
+                    if let Some(m) = remote.and_then(|r| r.planning_manifest(&key)) {
+                        resolved[i] = Some(m.outputs);
+                        on_remote = true;
+                    }
+                    if let Some(prev) = &previous {
+                        let mut reasons: Vec<String> = diff(&prev.material, material)
+                            .iter()
+                            .map(|c| c.to_string())
+                            .collect();
+                        if reasons.is_empty() {
+                            reasons.push("its stored result is missing or incomplete (deleted, quarantined or never finished)".into());
+                        }
+                        (NodeStatus::Stale, reasons)
+                    } else {
+                        (NodeStatus::Missing, vec![])
+                    }
                 }
             }
             _ if previous.is_some() => {
@@ -159,6 +183,7 @@ pub fn plan(dag: &Dag, store: &Store, spec: &str) -> Result<Vec<PlanEntry>, Engi
             material,
             reasons,
             labels: node.labels.clone(),
+            remote: on_remote,
         });
     }
     Ok(out)

@@ -154,6 +154,7 @@ fn cfg(keep_going: bool) -> RunConfig {
         },
         poll_interval: Duration::from_millis(20),
         gpus: vec![],
+        remote: None,
     }
 }
 
@@ -542,4 +543,119 @@ fn a_gpu_lost_to_a_sticky_error_gets_no_more_nodes() {
     assert_eq!(report.failure_tier(), Some(Tier::Environment));
     let slots: Vec<_> = log.lock().unwrap().iter().map(|x| x.0).collect();
     assert_eq!(slots, vec![None, None], "only the CPU nodes ran");
+}
+
+fn dir_remote(dir: &std::path::Path) -> Arc<RemoteCache> {
+    Arc::new(RemoteCache::new(
+        Box::new(crate::remote::DirBucket {
+            root: dir.to_path_buf(),
+        }),
+        false,
+    ))
+}
+
+/// A fresh store running the diamond with the folder remote at `bucket`: the fixture, the
+/// report and the remote handle.
+fn diamond_with_remote(bucket: &std::path::Path) -> (Fixture, RunReport, Arc<RemoteCache>) {
+    let f = fixture();
+    let dag = diamond(&f, &params(), false);
+    let mut c = cfg(false);
+    let remote = dir_remote(bucket);
+    c.remote = Some(remote.clone());
+    let r = run(&dag, &f.store, &c, &mut Quiet).unwrap();
+    (f, r, remote)
+}
+
+/// A second store with the first's remote downloads every node and computes none; the
+/// remote's manifests are the local ones.
+#[test]
+fn a_second_store_downloads_what_the_first_uploaded() {
+    let bucket = tempfile::tempdir().unwrap();
+    let (f, r, remote) = diamond_with_remote(bucket.path());
+    assert_eq!(r.count(Outcome::Executed), 4);
+    assert_eq!(remote.stats().nodes_uploaded, 4);
+
+    let (g, r2, _) = diamond_with_remote(bucket.path());
+    assert_eq!(r2.count(Outcome::Downloaded), 4);
+    assert_eq!(runs(&g), vec![0, 0, 0, 0], "nothing computed");
+    for (a, b) in r.nodes.iter().zip(&r2.nodes) {
+        assert_eq!(a.key, b.key);
+        let (ma, mb) = (
+            f.store.read_manifest(&a.key.unwrap()).unwrap().unwrap(),
+            g.store.read_manifest(&b.key.unwrap()).unwrap().unwrap(),
+        );
+        assert_eq!(ma.outputs, mb.outputs);
+    }
+    assert!(g.store.verify(|_, _| {}).unwrap().is_clean());
+    // Planning sees the remote's answers too (and keys below them).
+    let h = fixture();
+    let dag3 = diamond(&h, &params(), false);
+    let entries = crate::plan_with(&dag3, &h.store, "test", Some(&remote)).unwrap();
+    assert!(entries.iter().all(|e| e.remote && e.key.is_some()));
+}
+
+/// A manifest filed under another key, or edited to list other outputs, is refused: the node
+/// is computed, and its upload replaces the bad manifest.
+#[test]
+fn a_remote_manifest_that_does_not_hold_is_refused_and_replaced() {
+    let bucket = tempfile::tempdir().unwrap();
+    let (f, r, _) = diamond_with_remote(bucket.path());
+    let key_of = |id: &str| r.nodes.iter().find(|n| n.id == id).unwrap().key.unwrap();
+    // d's manifest now lists a's output (a mix of two results): its seal breaks.
+    let d_path = bucket
+        .path()
+        .join(crate::remote::manifest_path(&key_of("d")));
+    let a_manifest = f.store.read_manifest(&key_of("a")).unwrap().unwrap();
+    let mut m: Value = serde_json::from_slice(&std::fs::read(&d_path).unwrap()).unwrap();
+    m["outputs"] = serde_json::to_value(&a_manifest.outputs).unwrap();
+    std::fs::write(&d_path, serde_json::to_vec(&m).unwrap()).unwrap();
+    // c's manifest is b's (filed under the wrong key).
+    let c_path = bucket
+        .path()
+        .join(crate::remote::manifest_path(&key_of("c")));
+    let b_path = bucket
+        .path()
+        .join(crate::remote::manifest_path(&key_of("b")));
+    std::fs::copy(&b_path, &c_path).unwrap();
+
+    let (g, r2, remote) = diamond_with_remote(bucket.path());
+    assert_eq!(
+        runs(&g),
+        vec![0, 0, 1, 1],
+        "c and d computed, a and b downloaded"
+    );
+    assert_eq!(r2.count(Outcome::Downloaded), 2);
+    assert_eq!(remote.stats().refused, 2);
+    let w = remote.warnings().join("\n");
+    assert!(w.contains("sealed") && w.contains("records key"), "{w}");
+    // Replaced: a third store downloads all four.
+    let (_h, r3, _) = diamond_with_remote(bucket.path());
+    assert_eq!(r3.count(Outcome::Downloaded), 4);
+}
+
+/// `gc` on the remote keeps what is asked (and recent things), deletes the rest, results first.
+#[test]
+fn remote_gc_keeps_the_roots_and_their_objects() {
+    let bucket = tempfile::tempdir().unwrap();
+    let (_f, r, remote) = diamond_with_remote(bucket.path());
+    let keep: BTreeSet<_> = r
+        .nodes
+        .iter()
+        .filter(|n| n.id == "a" || n.id == "b")
+        .map(|n| n.key.unwrap())
+        .collect();
+    let recent = remote.gc(&keep, Duration::from_secs(3600), false).unwrap();
+    assert_eq!((recent.manifests_deleted, recent.objects_deleted), (0, 0));
+    let g = remote.gc(&keep, Duration::ZERO, false).unwrap();
+    assert_eq!((g.manifests_deleted, g.manifests_kept), (2, 2));
+    assert_eq!(remote.list_keys().unwrap().len(), 2);
+    for k in &keep {
+        let m = remote.manifest(k).expect("kept");
+        for o in m.outputs.values() {
+            assert!(bucket
+                .path()
+                .join(crate::remote::object_path(&o.digest))
+                .exists());
+        }
+    }
 }
