@@ -223,19 +223,6 @@ fn condense(text: &str) -> String {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn an_xml_error_body_is_condensed_to_its_code_and_message() {
-        let raw = "Error performing GET http://h/b in 3ms - Server returned non-2xx status code: 404 Not Found: <?xml version=\"1.0\"?>\n<Error><Code>NoSuchBucket</Code><Message>The specified bucket does not exist</Message><RequestId>x</RequestId></Error>";
-        assert_eq!(
-            super::condense(raw),
-            "Error performing GET http://h/b in 3ms - Server returned non-2xx status code: 404 Not Found: NoSuchBucket: The specified bucket does not exist"
-        );
-        assert_eq!(super::condense("connection refused"), "connection refused");
-    }
-}
-
 impl Bucket for ObjectStoreBucket {
     fn describe(&self) -> String {
         self.url.clone()
@@ -312,5 +299,18 @@ impl Bucket for ObjectStoreBucket {
                 Err(e) => Err(err(e)),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_xml_error_body_is_condensed_to_its_code_and_message() {
+        let raw = "Error performing GET http://h/b in 3ms - Server returned non-2xx status code: 404 Not Found: <?xml version=\"1.0\"?>\n<Error><Code>NoSuchBucket</Code><Message>The specified bucket does not exist</Message><RequestId>x</RequestId></Error>";
+        assert_eq!(
+            super::condense(raw),
+            "Error performing GET http://h/b in 3ms - Server returned non-2xx status code: 404 Not Found: NoSuchBucket: The specified bucket does not exist"
+        );
+        assert_eq!(super::condense("connection refused"), "connection refused");
     }
 }

@@ -507,7 +507,12 @@ pub fn run(
                 // A node the remote cache may hold is first only downloaded: one thread, no
                 // memory or GPU slot; computed (with its resources) when the remote cannot
                 // answer.
-                let fetch = cfg.remote.is_some() && !sc.remote_tried[i] && !cfg.force.contains(&i);
+                let fetch = cfg
+                    .remote
+                    .as_ref()
+                    .is_some_and(|r| r.unreachable().is_none())
+                    && !sc.remote_tried[i]
+                    && !cfg.force.contains(&i);
                 let res = if fetch {
                     crate::task::Resources {
                         threads: 1,
