@@ -109,6 +109,9 @@ pub struct RemoteCache {
     /// The keys the remote listed, once [`RemoteCache::planning_manifest`] asked: planning a
     /// large spec costs one listing per 1,000 results instead of one request per node.
     index: Mutex<Option<BTreeSet<Digest<NodeKeyTag>>>>,
+    /// Manifests already fetched and checked (a key's manifest never changes): the plan before
+    /// a run and the download that follows read each once.
+    checked: Mutex<std::collections::HashMap<Digest<NodeKeyTag>, Manifest>>,
     /// Print warnings on stderr (off for `--json` callers that report them otherwise).
     warn_on_stderr: bool,
     warnings: Mutex<Vec<String>>,
@@ -152,6 +155,7 @@ impl RemoteCache {
             corrupt: Mutex::new(BTreeSet::new()),
             stats: Mutex::new(RemoteStats::default()),
             index: Mutex::new(None),
+            checked: Mutex::new(std::collections::HashMap::new()),
             warn_on_stderr,
             warnings: Mutex::new(Vec::new()),
         }
@@ -212,6 +216,9 @@ impl RemoteCache {
         if self.is_down() {
             return None;
         }
+        if let Some(m) = mutex(&self.checked).get(key) {
+            return Some(m.clone());
+        }
         let path = manifest_path(key);
         let bytes = match self.bucket.get(&path) {
             Ok(Some(b)) => b,
@@ -230,7 +237,10 @@ impl RemoteCache {
             Ok(m) if m.material.digest().ok() != Some(*key) => {
                 "its key material does not hash to its key".to_string()
             }
-            Ok(m) => return Some(m),
+            Ok(m) => {
+                mutex(&self.checked).insert(*key, m.clone());
+                return Some(m);
+            }
         };
         self.refused(
             path,
@@ -478,12 +488,14 @@ impl RemoteCache {
     }
 }
 
-/// A [`Bucket`] in a local folder (used by the engine's tests; the CLI's `file://` remotes go
+/// A [`Bucket`] in a local folder, for the engine's tests (the CLI's `file://` remotes go
 /// through `object_store` like every other).
+#[cfg(test)]
 pub struct DirBucket {
     pub root: std::path::PathBuf,
 }
 
+#[cfg(test)]
 impl Bucket for DirBucket {
     fn describe(&self) -> String {
         format!("dir://{}", self.root.display())

@@ -375,12 +375,7 @@ pub fn from_user_file(display: &str, bytes: &[u8], features: &Features) -> Resul
         let text = std::str::from_utf8(bytes).map_err(|_| {
             StageError::input(format!("`{display}` is neither Parquet nor UTF-8 CSV"))
         })?;
-        // Excel's "CSV UTF-8" starts with a byte-order mark.
-        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-        let mut lines = text
-            .lines()
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty());
+        let mut lines = crate::features::csv_file::text_lines(text);
         let (_, header) = lines
             .next()
             .ok_or_else(|| StageError::input(format!("`{display}` is empty")))?;

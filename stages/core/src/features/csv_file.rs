@@ -41,12 +41,7 @@ pub(super) fn read_csv(
             ),
         )
     })?;
-    // Excel's "CSV UTF-8" starts with a byte-order mark.
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty());
+    let mut lines = text_lines(text);
     let Some((first_no, first)) = lines.next() else {
         return Err(StageError::data(
             display,
@@ -188,6 +183,16 @@ pub(super) fn read_csv(
         dim,
         labels,
     })
+}
+
+/// The non-blank lines of a CSV text with their 0-based line numbers, past the byte-order mark
+/// Excel's "CSV UTF-8" starts with.
+pub(crate) fn text_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.strip_prefix('\u{feff}')
+        .unwrap_or(text)
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
 }
 
 pub(super) fn is_nonfinite_token(f: &str) -> bool {

@@ -17,7 +17,7 @@ use upcc_nn::Stream;
 use crate::error::{DataPlace, Result, StageError};
 use crate::table::{Table, TableBuilder};
 
-mod csv_file;
+pub(crate) mod csv_file;
 mod idx;
 mod npy;
 mod parquet_file;
