@@ -312,10 +312,18 @@ pub fn stage_err(e: StageError) -> upcc_engine::TaskError {
 }
 
 /// [`stage_err`] for a training node whose networks the settings section `section` sizes: an
-/// allocation the process's memory limit refused says which settings to lower (exit 1).
+/// allocation refused by the GPU or by the process's memory limit says which settings to lower
+/// (exit 1).
 pub fn train_err(section: &'static str) -> impl Fn(StageError) -> upcc_engine::TaskError {
     move |e| {
         match &e {
+        StageError::Device(upcc_nn::DeviceError::OutOfMemory { device, .. })
+            if device.starts_with("cuda") =>
+        {
+            upcc_engine::TaskError::Failed(format!(
+                "{e}: this node's networks do not fit in the GPU memory left to it; lower `{section}.hidden` or `{section}.batch_size`, or leave the GPU more room (other processes on it show in `nvidia-smi`; `--gpus` spreads nodes over more GPUs)"
+            ))
+        }
         StageError::Device(upcc_nn::DeviceError::OutOfMemory { .. }) => {
             upcc_engine::TaskError::Failed(format!(
                 "{e}: this node's networks do not fit in the memory left to this process; lower `{section}.hidden` or `{section}.batch_size`, or give the run more memory"
@@ -384,6 +392,19 @@ mod tests {
                     m.contains("`pretrain.hidden` or `pretrain.batch_size`"),
                     "{m}"
                 );
+            }
+            other => panic!("an environment failure (exit 1) expected, got {other:?}"),
+        }
+        // Out of GPU memory speaks of the GPU, not of the process's memory.
+        let gpu = StageError::Device(upcc_nn::DeviceError::OutOfMemory {
+            device: "cuda:0".into(),
+            bytes: 1 << 30,
+        });
+        match train_err("train")(gpu) {
+            upcc_engine::TaskError::Failed(m) => {
+                assert!(m.contains("GPU memory left to it"), "{m}");
+                assert!(m.contains("`train.hidden` or `train.batch_size`"), "{m}");
+                assert!(!m.contains("memory left to this process"), "{m}");
             }
             other => panic!("an environment failure (exit 1) expected, got {other:?}"),
         }

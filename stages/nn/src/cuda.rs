@@ -20,11 +20,11 @@ use std::ffi::{c_int, CString};
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cudarc::cublas::{sys as blas_sys, CudaBlas, Gemm, GemmConfig};
+use cudarc::cublas::{result::CublasError, sys as blas_sys};
 use cudarc::driver::sys::{CUdevice_attribute as Attr, CUresult};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DriverError, LaunchArgs,
-    LaunchConfig, PushKernelArg,
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DevicePtrMut,
+    DriverError, LaunchArgs, LaunchConfig, PushKernelArg,
 };
 
 use crate::check;
@@ -687,6 +687,26 @@ pub fn probe(ordinal: usize) -> DResult<Probe> {
     })
 }
 
+/// Let the GPU's default memory pool keep what it has mapped: with CUDA's default release
+/// threshold (0) every synchronisation hands freed pool memory back to the driver, and the
+/// next step's allocations map it again.
+fn keep_pool_memory(ctx: &CudaContext) -> Result<(), DriverError> {
+    use cudarc::driver::sys;
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: writes one pool handle of a valid device.
+    unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) }.result()?;
+    let mut keep: u64 = u64::MAX;
+    // SAFETY: the release threshold is a cuuint64_t, read from `keep`.
+    unsafe {
+        sys::cuMemPoolSetAttribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&mut keep as *mut u64).cast(),
+        )
+    }
+    .result()
+}
+
 /// What every stream of one context shares.
 struct Shared {
     ordinal: usize,
@@ -695,12 +715,32 @@ struct Shared {
     info: DeviceInfo,
 }
 
+/// A cuBLAS handle bound to one stream. Destroyed with its status ignored: after a sticky fault
+/// `cublasDestroy` fails, and cudarc's `CudaBlas` unwraps that in its `Drop` (a panic, or an
+/// abort when it happens while a panic unwinds).
+struct Blas(blas_sys::cublasHandle_t);
+
+// SAFETY: a cuBLAS handle may be used from any thread; each `Inner` uses its own, on its own
+// stream, one call at a time.
+unsafe impl Send for Blas {}
+unsafe impl Sync for Blas {}
+
+impl Drop for Blas {
+    fn drop(&mut self) {
+        // SAFETY: created by cublasCreate in `Cuda::on`, destroyed once, here. A failure means
+        // the GPU is lost: there is nothing left to release.
+        let _ = unsafe { cudarc::cublas::result::destroy_handle(self.0) };
+    }
+}
+
+/// Fields drop in this order: the handle while its stream lives, the stream's buffer, the
+/// stream (which finishes its work), then the context's kernels.
 struct Inner {
-    shared: Arc<Shared>,
-    stream: Arc<CudaStream>,
-    blas: CudaBlas,
+    blas: Blas,
     /// Passed for optional pointer arguments the kernel does not read.
     dummy: CudaSlice<f32>,
+    stream: Arc<CudaStream>,
+    shared: Arc<Shared>,
 }
 
 /// A CUDA GPU (one stream and one cuBLAS handle of a context).
@@ -739,6 +779,13 @@ impl Cuda {
         // would only add host work per launch.
         // SAFETY: every buffer is used only on the stream that allocated it.
         unsafe { ctx.disable_event_tracking() };
+        keep_pool_memory(&ctx).map_err(|e| {
+            unavailable(
+                ordinal,
+                format!("cannot configure the GPU's memory pool ({})", cu_name(&e)),
+                "check that the driver supports stream-ordered allocation (CUDA 11.2 or newer)",
+            )
+        })?;
         let compiled = compile_kernels(&probe.arch()).map_err(|m| {
             unavailable(
                 ordinal,
@@ -803,24 +850,31 @@ impl Cuda {
             .ctx
             .new_stream()
             .map_err(|e| driver_fail("a stream", e))?;
-        let blas =
-            CudaBlas::new(stream.clone()).map_err(|e| fail("a cuBLAS handle", format!("{e:?}")))?;
+        shared
+            .ctx
+            .bind_to_thread()
+            .map_err(|e| driver_fail("a cuBLAS handle", e))?;
+        let blas = Blas(
+            cudarc::cublas::result::create_handle()
+                .map_err(|e| fail("a cuBLAS handle", format!("{e:?}")))?,
+        );
+        // SAFETY: a live handle and a live stream of the current context.
+        unsafe { cudarc::cublas::result::set_stream(blas.0, stream.cu_stream() as _) }
+            .map_err(|e| fail("the cuBLAS stream", format!("{e:?}")))?;
         // fp32 products in plain fp32: no TF32 tensor-op math.
         // SAFETY: sets a mode on a live handle.
-        unsafe {
-            blas_sys::cublasSetMathMode(*blas.handle(), blas_sys::cublasMath_t::CUBLAS_DEFAULT_MATH)
-        }
-        .result()
-        .map_err(|e| fail("the cuBLAS math mode", format!("{e:?}")))?;
+        unsafe { blas_sys::cublasSetMathMode(blas.0, blas_sys::cublasMath_t::CUBLAS_DEFAULT_MATH) }
+            .result()
+            .map_err(|e| fail("the cuBLAS math mode", format!("{e:?}")))?;
         let dummy = stream
             .alloc_zeros::<f32>(1)
             .map_err(|e| driver_fail("a buffer", e))?;
         Ok(Cuda {
             inner: Arc::new(Inner {
-                shared,
-                stream,
                 blas,
                 dummy,
+                stream,
+                shared,
             }),
         })
     }
@@ -868,6 +922,19 @@ impl Cuda {
                 op,
                 message,
             }
+        }
+    }
+
+    /// A cuBLAS failure. After a fault of the GPU, cuBLAS reports only that it failed; the
+    /// stream says whether the context is lost (a sticky error), and then so does this.
+    fn blas_err(&self, e: CublasError) -> DeviceError {
+        match self.stream().synchronize() {
+            Err(d) if is_sticky(d.0) => self.err("cublasSgemm", d),
+            _ => DeviceError::Backend {
+                device: self.name_(),
+                op: "cublasSgemm",
+                message: format!("{e:?}"),
+            },
         }
     }
 
@@ -1194,24 +1261,46 @@ impl Device<f32> for Cuda {
         };
         // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: cuBLAS gets B first.
         use blas_sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
-        let cfg = GemmConfig {
-            transa: if b_t { CUBLAS_OP_T } else { CUBLAS_OP_N },
-            transb: if a_t { CUBLAS_OP_T } else { CUBLAS_OP_N },
-            m: dim(n)?,
-            n: dim(m)?,
-            k: dim(k)?,
-            alpha: 1.0f32,
-            lda: dim(if b_t { k } else { n })?,
-            ldb: dim(if a_t { m } else { k })?,
-            beta: if accumulate { 1.0f32 } else { 0.0 },
-            ldc: dim(n)?,
-        };
-        // SAFETY: the shapes were checked against the buffer lengths above.
-        unsafe { self.inner.blas.gemm(cfg, b, a, c) }.map_err(|e| DeviceError::Backend {
-            device: self.name_(),
-            op: "cublasSgemm",
-            message: format!("{e:?}"),
-        })
+        let transa = if b_t { CUBLAS_OP_T } else { CUBLAS_OP_N };
+        let transb = if a_t { CUBLAS_OP_T } else { CUBLAS_OP_N };
+        let (mm, nn, kk) = (dim(n)?, dim(m)?, dim(k)?);
+        let lda = dim(if b_t { k } else { n })?;
+        let ldb = dim(if a_t { m } else { k })?;
+        let ldc = dim(n)?;
+        let (alpha, beta) = (1.0f32, if accumulate { 1.0f32 } else { 0.0 });
+        // cuBLAS runs in the thread's current context, which cudarc binds only for its driver
+        // calls: bind this handle's.
+        self.inner
+            .shared
+            .ctx
+            .bind_to_thread()
+            .map_err(|e| self.err("cublasSgemm", e))?;
+        let s = self.stream();
+        let (bp, _b) = b.device_ptr(s);
+        let (ap, _a) = a.device_ptr(s);
+        let (cp, _c) = c.device_ptr_mut(s);
+        // SAFETY: the shapes were checked against the buffer lengths above; the pointers are
+        // live buffers of this stream; alpha and beta are host scalars (the default pointer
+        // mode).
+        unsafe {
+            cudarc::cublas::result::sgemm(
+                self.inner.blas.0,
+                transa,
+                transb,
+                mm,
+                nn,
+                kk,
+                &alpha,
+                bp as *const f32,
+                lda,
+                ap as *const f32,
+                ldb,
+                &beta,
+                cp as *mut f32,
+                ldc,
+            )
+        }
+        .map_err(|e| self.blas_err(e))
     }
 
     fn gemm2(

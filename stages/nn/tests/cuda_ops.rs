@@ -2,15 +2,38 @@
 //! GPU (the scenarios and their tolerance are in `common/`; `parity.rs` holds the same
 //! tolerance against a CPU that sums in another order, on every machine).
 //!
-//! These need an NVIDIA GPU, so they are `#[ignore]`d in the ordinary suite;
-//! `bash .ci/gpu-test.sh ops` runs them with `--ignored` on a GPU machine (and fails, saying
-//! so, where there is none).
+//! These need a GPU, so they are `#[ignore]`d in the ordinary suite; `bash .ci/gpu-test.sh
+//! ops` runs them with `--ignored` on a GPU machine (and fails, saying so, where there is
+//! none), and [`the_cuda_tests_pass_on_the_soft_gpu`] runs them in CI on the soft GPU: the
+//! same `Cuda` backend and cudarc, on a CPU implementation of the driver and cuBLAS.
 #![cfg(feature = "cuda")]
 
 mod common;
 
+use common::soft::{run_on_soft_gpu, shown, soft_gpu_dir};
 use common::{compare, compare_steps, every_op, training_step};
 use upcc_nn::{Cpu, Cuda, Device};
+
+#[test]
+fn the_cuda_tests_pass_on_the_soft_gpu() {
+    let Some(dir) = soft_gpu_dir("the_cuda_tests_pass_on_the_soft_gpu") else {
+        return;
+    };
+    let out = run_on_soft_gpu(&dir, None, &[]);
+    let text = shown(&out);
+    assert!(out.status.success(), "{text}");
+    let ran = text
+        .lines()
+        .find_map(|l| l.strip_prefix("test result: ok. "))
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse::<usize>().ok());
+    assert_eq!(ran, Some(5), "every ignored CUDA test ran: {text}");
+    assert!(
+        !text.contains("softgpu: "),
+        "the soft GPU reported nothing: {text}"
+    );
+    println!("{text}");
+}
 
 fn gpu() -> Cuda {
     Cuda::new(0).unwrap_or_else(|e| {

@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod soft;
+
 use upcc_nn::{
     Act, Adam, CoBce, Device, GemmSpec, Graph, HuberL2, Init, Ix, Mlp, Params, Stream, StudentT,
     WeightInit,
