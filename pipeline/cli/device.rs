@@ -380,6 +380,12 @@ pub fn describe_numerics(class: &str) -> Vec<String> {
                     "no instruction set: a class written before it was part of the class (its bits could differ between CPU models)".into(),
                 ),
             }
+            if let Some(kb) = parts.get(3).and_then(|p| p.strip_prefix("kb")) {
+                out.push(format!(
+                    "kb{kb}: products split every {kb} terms instead of {} (UPCC_TEST_K_BLOCK: a change of rounding alone, for measuring its effect)",
+                    upcc_nn::cpu::K_BLOCK
+                ));
+            }
         }
         Some("cuda") => {
             out.push("cuda: trained on an NVIDIA GPU".into());
@@ -393,7 +399,11 @@ pub fn describe_numerics(class: &str) -> Vec<String> {
                 } else if let Some(n) = p.strip_suffix("sm") {
                     format!("{p}: {n} streaming multiprocessors (cuBLAS picks its kernels by them)")
                 } else if let Some(v) = p.strip_prefix("cublas") {
-                    format!("{p}: cuBLAS {v}")
+                    if v.starts_with("0.") {
+                        format!("{p}: the soft GPU's cuBLAS {v} (a CPU emulation for tests, stages/nn/soft-gpu; no real cuBLAS has version 0)")
+                    } else {
+                        format!("{p}: cuBLAS {v}")
+                    }
                 } else if let Some(v) = p.strip_prefix("nvrtc") {
                     format!("{p}: NVRTC {v}, which compiles upcc's kernels")
                 } else {

@@ -58,6 +58,16 @@ pub fn data_mirror() -> Option<PathBuf> {
     std::env::var_os("UPCC_DATA_MIRROR").map(PathBuf::from)
 }
 
+/// A depth block for the CPU's products other than the pinned one, for measuring how far
+/// rounding alone moves a result: `$UPCC_TEST_K_BLOCK`, 1..=512 (vetted by [`check`]; the
+/// numerics class names it).
+pub fn test_k_block() -> Option<usize> {
+    std::env::var("UPCC_TEST_K_BLOCK")
+        .ok()
+        .and_then(|t| t.trim().parse::<usize>().ok())
+        .filter(|kb| (1..=upcc_nn::cpu::K_BLOCK).contains(kb))
+}
+
 /// The `UPCC_*` variables upcc reads itself (not through clap): a value it cannot use is an
 /// error naming the variable, never silently replaced by the default.
 pub fn check() -> Result<()> {
@@ -101,6 +111,15 @@ pub fn check() -> Result<()> {
                 "UPCC_REMOTE",
                 &v.to_string_lossy(),
                 "a URL (s3://, gs://, az://, file://) or off",
+            ));
+        }
+    }
+    if let Some(v) = std::env::var_os("UPCC_TEST_K_BLOCK") {
+        if test_k_block().is_none() {
+            return Err(bad(
+                "UPCC_TEST_K_BLOCK",
+                &v.to_string_lossy(),
+                &format!("a depth block of 1 to {}", upcc_nn::cpu::K_BLOCK),
             ));
         }
     }

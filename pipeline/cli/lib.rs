@@ -41,6 +41,9 @@ pub fn main_entry() -> i32 {
         eprint!("{e}");
         return e.exit_code();
     }
+    if let Some(kb) = env::test_k_block() {
+        upcc_nn::cpu::set_k_block(kb);
+    }
     let env = commands::Env {
         store: cli.store.clone(),
         device: cli.device.clone(),

@@ -142,6 +142,83 @@ fn the_cpu_device_names_training_numerics_and_leaves_data_stages_exact() {
     assert_eq!(explain("expert/blobs/lv0.1/s0")["numerics"], class.as_str());
 }
 
+/// `UPCC_TEST_K_BLOCK` (a rounding-only change of the CPU's products, for measuring how far
+/// rounding moves a result) is part of the numerics class: its results never answer for
+/// ordinary ones, and a value out of range is refused before anything runs.
+#[test]
+fn a_test_depth_block_is_its_own_numerics_class() {
+    let env = Env::new();
+    let spec = env.spec();
+    let run = |kb: Option<&str>| {
+        let mut c = env.command(
+            &env.store(),
+            &[
+                "--device",
+                "cpu",
+                "run",
+                &spec,
+                "method=probpair",
+                "pretrain=false",
+                "trial=1",
+                "--json",
+                "--progress",
+                "none",
+            ],
+        );
+        if let Some(kb) = kb {
+            c.env("UPCC_TEST_K_BLOCK", kb);
+        }
+        let r = crate::util::ran(c.output().unwrap());
+        assert_eq!(r.code, 0, "{r:?}");
+        r.json()
+    };
+    let node = |j: &serde_json::Value, id: &str| -> (String, String) {
+        let n = j["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["id"] == id)
+            .unwrap_or_else(|| panic!("{id} in {j}"));
+        (
+            n["key"].as_str().unwrap().to_string(),
+            n["outcome"].as_str().unwrap().to_string(),
+        )
+    };
+    let train = "train/blobs/lv0.1/probpair/nopre/t1";
+    let plain = run(None);
+    let other = run(Some("500"));
+    let class = plain["numerics"].as_str().unwrap().to_string();
+    assert_eq!(other["numerics"], format!("{class}-kb500"));
+    assert_ne!(
+        node(&plain, train).0,
+        node(&other, train).0,
+        "another class, another key"
+    );
+    assert_eq!(node(&other, train).1, "executed", "computed anew: {other}");
+    assert_eq!(
+        node(&other, "features/blobs").1,
+        "cached",
+        "data stages are exact: shared"
+    );
+    let mut c = env.command(
+        &env.store(),
+        &["--device", "cpu", "explain", &spec, train, "--json"],
+    );
+    c.env("UPCC_TEST_K_BLOCK", "500");
+    let parts = crate::util::ran(c.output().unwrap()).json()["numerics_parts"].to_string();
+    assert!(
+        parts.contains("split every 500 terms instead of 512"),
+        "{parts}"
+    );
+    for bad in ["0", "513", "x"] {
+        let mut c = env.command(&env.store(), &["--device", "cpu", "device"]);
+        c.env("UPCC_TEST_K_BLOCK", bad);
+        let r = crate::util::ran(c.output().unwrap());
+        assert_eq!(r.code, 2, "{bad}: {r:?}");
+        assert!(r.stderr.contains("UPCC_TEST_K_BLOCK"), "{r:?}");
+    }
+}
+
 #[test]
 fn the_device_command_shows_the_device_a_run_would_use() {
     let env = Env::new();

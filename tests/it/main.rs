@@ -29,6 +29,7 @@ mod remote;
 mod report;
 mod slurm;
 mod snapshots;
+mod soft_gpu;
 mod specs;
 mod targets;
 mod util;

@@ -183,7 +183,7 @@ static void read_config() {
     g_cfg.streamcheck = env_u64("SOFTGPU_STREAMCHECK", 1) != 0;
     g_cfg.fail_alloc = env_u64("SOFTGPU_FAIL_ALLOC", 0);
     g_cfg.fault_launch = env_u64("SOFTGPU_FAULT_LAUNCH", 0);
-    g_cfg.fault_device = (int)(int64_t)env_u64("SOFTGPU_FAULT_DEVICE", (uint64_t)-1);
+    g_cfg.fault_device = (int)env_u64("SOFTGPU_FAULT_DEVICE", 0);
     if (const char* l = getenv("SOFTGPU_LOG")) g_cfg.log_path = l;
     g_cfg.profile = env_u64("SOFTGPU_PROFILE", 0) != 0;
     if (g_cfg.profile) atexit(print_profile);
@@ -482,7 +482,7 @@ static CUresult run_op(Stream* s, Op& op) {
     CUresult r = op.run(op);
     if (g_cfg.profile) {
         double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        auto& e = g_profile[op.what.substr(0, op.what.find_first_of(" ("))];
+        auto& e = g_profile[getenv("SOFTGPU_PROFILE_SHAPES") ? op.what : op.what.substr(0, op.what.find_first_of(" ("))];
         e.first += dt;
         e.second++;
     }
@@ -1562,13 +1562,13 @@ SG_API CUresult cuLaunchKernel(CUfunction hf, unsigned gx, unsigned gy, unsigned
     }
     int device = c->device;
     op.run = [L, c, device](Op& o) {
-        uint64_t n = ++g_launches;
-        L->launch_no = (uint32_t)n;
-        if (g_cfg.fault_launch != 0 && n == g_cfg.fault_launch &&
-            (g_cfg.fault_device < 0 || g_cfg.fault_device == device)) {
+        L->launch_no = (uint32_t)++g_launches;
+        uint64_t on_device = ++c->launches;
+        if (g_cfg.fault_launch != 0 && on_device == g_cfg.fault_launch && g_cfg.fault_device == device) {
             return poison(c, CUDA_ERROR_ILLEGAL_ADDRESS,
-                          "fault injected by SOFTGPU_FAULT_LAUNCH=" + std::to_string(n) + ": " + o.what + " on " +
-                              L->stream + " made an illegal address");
+                          "fault injected by SOFTGPU_FAULT_LAUNCH=" + std::to_string(on_device) + " (launch " +
+                              std::to_string(on_device) + " on cuda:" + std::to_string(device) + "): " + o.what +
+                              " on " + L->stream + " made an illegal address");
         }
         CUresult r = L->def->run(*L);
         if (r == CUDA_SUCCESS) return r;

@@ -28,8 +28,7 @@ struct KDim {
 struct KThread {
     KDim idx;
     uint32_t linear;     // index in the block
-    uint32_t phase;      // barriers passed
-    uint64_t tag;        // racecheck: launch << 32 | thread in the launch (24 bits) << 8 | phase
+    uint64_t tag;        // racecheck: launch << 32 | thread in the launch (24 bits) << 8
     int barrier_line;    // the __syncthreads it waits at (0: none)
     bool at_barrier;
     bool done;
@@ -44,6 +43,7 @@ struct KRun {
     uint32_t threads; // per block
     uint32_t launch_no;
     bool fibers;      // barrier kernel: each thread runs on a fiber
+    uint32_t phase;   // barriers the block has passed (all its threads together)
     KThread* cur;
 };
 extern KRun* g_run;
@@ -95,7 +95,7 @@ struct dptr {
         if (shadow != nullptr) {
             int64_t byte = k * (int64_t)sizeof(T);
             uint64_t& w = shadow[byte >> 2];
-            uint64_t me = g_run->cur->tag;
+            uint64_t me = g_run->cur->tag | (g_run->phase & 0xff);
             uint64_t x = w ^ me;
             // Same launch, another thread: maybe a race.
             if (__builtin_expect((x >> 32) == 0 && (x & 0xFFFFFF00u) != 0, 0)) race_found(alloc, byte, w, kind);

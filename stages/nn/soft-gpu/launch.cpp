@@ -14,8 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <boost/context/fiber.hpp>
-#include <boost/context/preallocated.hpp>
+#include <boost/context/detail/fcontext.hpp>
 #include <cinttypes>
 #include <cstdio>
 #include <memory>
@@ -109,7 +108,7 @@ void race_found(Alloc* a, int64_t offset, uint64_t seen, int kind) {
     uint64_t other = (seen >> 8) & mask, me = (r->cur->tag >> 8) & mask;
     uint32_t other_phase = (uint32_t)(seen & 0xff);
     bool same_block = other / r->threads == me / r->threads;
-    if (same_block && other_phase != (r->cur->tag & 0xff)) return; // a barrier lies between
+    if (same_block && other_phase != (r->phase & 0xff)) return; // a barrier lies between
     std::ostringstream m;
     m << "racecheck: " << (kind == READ ? "read" : kind == WRITE ? "write" : "read-modify-write") << " by "
       << where() << " of byte " << offset << " of allocation #" << a->id << ", which thread "
@@ -160,14 +159,17 @@ Resolved resolve_pointer(LaunchArgs& L, size_t param, uint64_t addr, size_t elem
 }
 
 // --- fibers ------------------------------------------------------------------------------
+// Boost.Context's fcontext: a switch saves and restores the callee-saved registers and the
+// stack pointer, nothing else (a few nanoseconds; a barrier kernel switches twice per thread
+// per barrier).
 
-namespace ctx = boost::context;
+namespace bc = boost::context::detail;
 
-/// Stacks for the fibers of one block, reused from launch to launch: 64 KiB each with a guard
+/// Stacks for the fibers of one block, reused from launch to launch: 16 KiB each with a guard
 /// page below (a kernel that overflows its stack faults instead of writing over another's).
 class StackPool {
   public:
-    static constexpr size_t SIZE = 64 * 1024;
+    static constexpr size_t SIZE = 16 * 1024;
     void* top(size_t i) {
         grow(i + 1);
         return stacks_[i] + SIZE;
@@ -191,17 +193,39 @@ class StackPool {
 };
 static StackPool g_stacks;
 
-struct NoDealloc {
-    ctx::stack_context allocate() { return {}; }
-    void deallocate(ctx::stack_context&) noexcept {}
+/// A thread's fiber: its context while it is suspended, and the scheduler's while it runs.
+struct FiberState {
+    bc::fcontext_t self = nullptr;
+    bc::fcontext_t back = nullptr;
 };
 
-/// One fiber per thread of the block, kept for every block of the launch: it runs the thread's
-/// body for a block, says so, and waits for the next block (or the end of the launch).
-struct FiberState {
-    ctx::fiber self;
-    ctx::fiber sink;
+/// What a new fiber needs to start: its thread and the launch's body.
+struct FiberStart {
+    KThread* thread;
+    FiberState* state;
+    void (*body)(void*);
+    void* arg;
 };
+
+/// Suspend the running fiber and go back to the scheduler.
+static inline void yield_to_scheduler(FiberState* f) {
+    bc::transfer_t t = bc::jump_fcontext(f->back, nullptr);
+    f->back = t.fctx;
+}
+
+/// A fiber's life: for each block of the launch, run the thread's body, say so, wait. It never
+/// returns: at the end of the launch it is abandoned (its frames hold nothing to destroy) and
+/// its stack serves the next launch.
+static void fiber_main(bc::transfer_t t) {
+    FiberStart start = *static_cast<FiberStart*>(t.data);
+    start.state->back = t.fctx;
+    for (;;) {
+        g_run->cur = start.thread;
+        start.body(start.arg);
+        start.thread->done = true;
+        yield_to_scheduler(start.state);
+    }
+}
 
 void sync_threads(int line) {
     KRun* r = g_run;
@@ -218,8 +242,7 @@ void sync_threads(int line) {
     }
     t->at_barrier = true;
     t->barrier_line = line;
-    FiberState* f = static_cast<FiberState*>(t->fiber);
-    f->sink = std::move(f->sink).resume();
+    yield_to_scheduler(static_cast<FiberState*>(t->fiber));
     r->cur = t;
 }
 
@@ -235,64 +258,46 @@ static void shuffle(std::vector<uint32_t>& order, uint64_t seed) {
     }
 }
 
-/// The fibers of one launch of a barrier kernel.
+/// The fibers of one launch of a barrier kernel: one per thread of a block, kept for every
+/// block.
 class Fibers {
   public:
     Fibers(std::vector<KThread>& threads, void (*body)(void*), void* arg) : threads_(threads), fs_(threads.size()) {
         for (size_t t = 0; t < threads.size(); t++) {
             threads[t].fiber = &fs_[t];
-            void* top = g_stacks.top(t);
-            ctx::stack_context sc;
-            sc.size = StackPool::SIZE;
-            sc.sp = top;
-            FiberState* f = &fs_[t];
-            bool* over = &over_;
-            size_t index = t;
-            std::vector<KThread>* ths = &threads_;
-            fs_[t].self = ctx::fiber(std::allocator_arg, ctx::preallocated(top, StackPool::SIZE, sc), NoDealloc{},
-                                     [f, over, index, ths, body, arg](ctx::fiber&& sink) {
-                                         f->sink = std::move(sink);
-                                         while (!*over) {
-                                             KThread* th = &(*ths)[index];
-                                             g_run->cur = th;
-                                             body(arg);
-                                             th->done = true;
-                                             f->sink = std::move(f->sink).resume();
-                                         }
-                                         return std::move(f->sink);
-                                     });
-        }
-    }
-    ~Fibers() {
-        // Let the fibers waiting for another block return; a fiber stopped at a barrier (a
-        // divergence) is unwound by its destructor.
-        over_ = true;
-        for (size_t t = 0; t < fs_.size(); t++) {
-            if (threads_[t].done && fs_[t].self) fs_[t].self = std::move(fs_[t].self).resume();
+            FiberStart start{&threads[t], &fs_[t], body, arg};
+            bc::fcontext_t c = bc::make_fcontext(g_stacks.top(t), StackPool::SIZE, fiber_main);
+            // Start it: it reads `start`, runs the thread's body for block 0 and comes back
+            // at its first barrier or at its end.
+            starts_.push_back(start);
+            fs_[t].self = c;
         }
     }
 
     /// Run one block: every thread from the start of the body to its end, barrier by barrier.
     void run_block(KRun& r) {
         for (uint32_t phase = 0;; phase++) {
-            for (uint32_t t : order(phase)) {
-                if (threads_[t].done) continue;
-                threads_[t].at_barrier = false;
-                r.cur = &threads_[t];
-                fs_[t].self = std::move(fs_[t].self).resume();
-            }
             size_t waiting = 0, done = 0;
             int line = 0;
             bool mixed = false;
-            for (auto& th : threads_) {
+            for (uint32_t t : order(phase)) {
+                KThread& th = threads_[t];
+                if (!th.done) {
+                    th.at_barrier = false;
+                    r.cur = &th;
+                    void* data = first_ ? &starts_[t] : nullptr;
+                    bc::transfer_t back = bc::jump_fcontext(fs_[t].self, data);
+                    fs_[t].self = back.fctx;
+                }
                 if (th.done) {
                     done++;
                 } else {
                     waiting++;
                     if (line == 0) line = th.barrier_line;
-                    if (th.barrier_line != line) mixed = true;
+                    mixed = mixed || th.barrier_line != line;
                 }
             }
+            first_ = false;
             if (waiting == 0) return;
             if (done > 0 || mixed) {
                 std::ostringstream s;
@@ -310,12 +315,9 @@ class Fibers {
                     }
                 }
                 problem(CUDA_ERROR_LAUNCH_FAILED, s.str());
-                return; // the launch stops; the fibers left are unwound
+                return; // the launch stops; its fibers are abandoned
             }
-            for (auto& th : threads_) {
-                th.phase++;
-                th.tag = (th.tag & ~0xffull) | (th.phase & 0xff);
-            }
+            r.phase++;
         }
     }
 
@@ -334,8 +336,9 @@ class Fibers {
 
     std::vector<KThread>& threads_;
     std::vector<FiberState> fs_;
+    std::vector<FiberStart> starts_;
     std::vector<std::vector<uint32_t>> orders_;
-    bool over_ = false;
+    bool first_ = true;
 };
 
 CUresult execute(LaunchArgs& L, void (*body)(void*), void* arg) {
@@ -354,6 +357,7 @@ CUresult execute(LaunchArgs& L, void (*body)(void*), void* arg) {
     uint64_t blocks = (uint64_t)L.grid.x * L.grid.y * L.grid.z;
     for (uint64_t b = 0; b < blocks && L.problem_count == 0; b++) {
         r.block_linear = b;
+        r.phase = 0;
         r.block_idx = {(unsigned)(b % L.grid.x), (unsigned)((b / L.grid.x) % L.grid.y),
                        (unsigned)(b / ((uint64_t)L.grid.x * L.grid.y))};
         for (uint32_t t = 0; t < r.threads; t++) {
@@ -364,7 +368,7 @@ CUresult execute(LaunchArgs& L, void (*body)(void*), void* arg) {
             th.linear = t;
             th.idx = {t % L.block.x, (t / L.block.x) % L.block.y, t / (L.block.x * L.block.y)};
             uint64_t id = (b * r.threads + t) & ((1ull << THREAD_BITS) - 1);
-            th.tag = (uint64_t)r.launch_no << 32 | id << 8;
+            th.tag = (uint64_t)r.launch_no << 32 | id << 8; // | the block's phase, when used
         }
         if (fibers) {
             fibers->run_block(r);

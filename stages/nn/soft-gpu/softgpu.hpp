@@ -37,8 +37,8 @@ struct Config {
     bool racecheck = true;
     bool streamcheck = true;
     uint64_t fail_alloc = 0;   // the N-th device allocation fails (0: none)
-    uint64_t fault_launch = 0; // the N-th kernel launch faults (0: none)
-    int fault_device = -1;     // ... counted on this device only (-1: any)
+    uint64_t fault_launch = 0; // the N-th kernel launch on `fault_device` faults (0: none)
+    int fault_device = 0;
     std::string log_path;
     bool profile = false;
 };
@@ -136,6 +136,7 @@ struct Context {
     std::vector<Stream*> streams; // live streams (the null stream included)
     uint64_t plain_used = 0;      // bytes of cuMemAlloc_v2 allocations
     MemPool pool;
+    uint64_t launches = 0;        // kernel launches run on this device (fault injection)
 };
 
 /// The module of one CUBIN: the kernels its ELF symbol table declares, with the parameter

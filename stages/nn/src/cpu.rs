@@ -111,6 +111,26 @@ fn filled<T: Clone>(len: usize, value: T) -> DResult<Vec<T>> {
 /// class names ([`cpu_isa`]).
 pub const K_BLOCK: usize = 512;
 
+/// The depth block in use: [`K_BLOCK`] unless [`set_k_block`] chose another.
+static K_BLOCK_NOW: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(K_BLOCK);
+
+/// Split products every `kb` terms instead of [`K_BLOCK`] (1 ≤ kb ≤ K_BLOCK) for the rest of
+/// the process: a change of rounding alone, for measuring how far rounding moves a result
+/// (`UPCC_TEST_K_BLOCK`). The numerics class names it (`-kb500`), so its results never share
+/// keys with ordinary ones.
+pub fn set_k_block(kb: usize) {
+    assert!(
+        (1..=K_BLOCK).contains(&kb),
+        "a depth block of 1..={K_BLOCK}"
+    );
+    K_BLOCK_NOW.store(kb, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The depth block products are split at now (see [`set_k_block`]).
+pub fn k_block() -> usize {
+    K_BLOCK_NOW.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The instruction set `gemm` dispatches its f32/f64 kernels to on this CPU, as the numerics
 /// class names it: `avx512`, `fma` (AVX2 + FMA), `neon` or `scalar`.
 pub fn cpu_isa() -> &'static str {
@@ -153,9 +173,10 @@ unsafe fn gemm_blocked<T: Real>(
     (b, b_cs, b_rs): (*const T, isize, isize),
     par: gemm::Parallelism,
 ) {
+    let block = k_block();
     let mut p = 0;
     while p < k {
-        let kb = K_BLOCK.min(k - p);
+        let kb = block.min(k - p);
         // SAFETY: the caller's pointers cover depth k; this block is depth p..p+kb of it.
         unsafe {
             gemm::gemm(
@@ -307,8 +328,13 @@ impl<T: Real> Device<T> for Cpu {
     }
     fn numerics(&self) -> String {
         // What changes the bits of the CPU backend: the element type and the instruction set
-        // gemm's kernels use (the depth blocking is pinned, see K_BLOCK).
-        format!("cpu-{}-{}", T::DTYPE.to_lowercase(), cpu_isa())
+        // gemm's kernels use (the depth blocking is pinned, see K_BLOCK; another block, for
+        // measuring, is named).
+        let kb = match k_block() {
+            K_BLOCK => String::new(),
+            kb => format!("-kb{kb}"),
+        };
+        format!("cpu-{}-{}{kb}", T::DTYPE.to_lowercase(), cpu_isa())
     }
     fn concurrent_models(&self) -> bool {
         true
