@@ -13,6 +13,10 @@ demo:
 test:
     cargo test --release --workspace
 
+# The soft GPU (a CPU implementation of the CUDA driver and cuBLAS calls upcc makes) into DIR.
+soft-gpu dir="/tmp/softgpu":
+    bash .ci/soft-gpu.sh {{dir}}
+
 # What CI runs: formatting, lints, tests.
 ci:
     bash .ci/run
@@ -85,14 +89,20 @@ bench:
     done
     rm -rf "$store"
 
+# How far rounding alone moves the smoke cells' test NMI (the GPU suite's NMI bound): the cells on
+# the CPU with their products split every N terms, per N (about 4 minutes per N on 2 cores).
+rounding-spread store="/var/tmp/upcc-rounding" *args:
+    cargo build --quiet --release
+    python3 tests/gpu/rounding_spread.py target/release/upcc {{store}} {{args}}
+
 # Build what the GPU machine runs (no Rust toolchain there): upcc, the CUDA op tests and the
 # autoencoder-step benchmark, stripped, into gpu/bin (git-ignored). Carry `gpu` to the GPU machine.
 gpu-build:
     bash .ci/gpu-build.sh
 
 # The GPU suite, on a GPU machine (from gpu/bin; there, without `just`: bash .ci/gpu-test.sh PART):
-# parts device, ops, cells, smoke (all when none is named), each printing PASS or FAIL.
-# Without a GPU it prints "no GPU, 0 run" and fails.
+# parts device, ops, sanitize, cells, smoke (all when none is named), each printing PASS, FAIL
+# or SKIP. Without a GPU it prints "no GPU, 0 run" and fails.
 gpu-test *parts:
     bash .ci/gpu-test.sh {{parts}}
 
