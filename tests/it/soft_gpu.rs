@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::util::{ran, Env, Ran};
+use crate::util::{ran, Env, Ran, SMOKE_SMALL as SMALL};
 
 /// The cells of `tests/gpu/e2e.py`: ProbPair and ECI-PP, pretrained, trial 1, single expert
 /// lv0.01 and multi3.
@@ -21,37 +21,6 @@ const CELLS: [&str; 4] = [
     "pretrain=true",
     "trial=1",
     "target=eci",
-];
-
-/// The smoke cells made small enough for the soft GPU (about a minute and a half on 2 cores),
-/// and still learning: test NMI about 0.2 on the CPU, where the full smoke cells reach about
-/// 0.5. (Smaller networks, 32-32-128, collapse to one cluster: NMI 0 on every device, which
-/// would compare nothing.)
-const SMALL: [&str; 24] = [
-    "--set",
-    "pretrain.hidden=[64,64,256]",
-    "--set",
-    "train.hidden=[64,64,256]",
-    "--set",
-    "expert.max_epochs=10",
-    "--set",
-    "pretrain.layerwise_epochs=5",
-    "--set",
-    "pretrain.finetune_epochs=10",
-    "--set",
-    "train.epochs=5",
-    "--set",
-    "methods.eci-pp.train.epochs=3",
-    "--set",
-    "methods.eci-pp.eci.warmup_epochs=1",
-    "--set",
-    "eci.folds=2",
-    "--set",
-    "eci.corrector_epochs=5",
-    "--set",
-    "constraints.budget=1000",
-    "--set",
-    "cluster.n_init=10",
 ];
 
 /// The most the mean over the four cells of (GPU − CPU) test NMI may differ, in NMI points.

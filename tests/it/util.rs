@@ -90,6 +90,39 @@ pub fn blobs_csv(rows: usize) -> String {
     s
 }
 
+/// The smoke spec made small (`--set` overrides): the same datasets, supervision, methods,
+/// targets and nodes, on smaller networks for fewer epochs and constraints. Its ProbPair and
+/// ECI-PP cells still learn (test NMI about 0.2 on the CPU, where the full smoke cells reach
+/// about 0.5; smaller networks, 32-32-128, collapse to one cluster: NMI 0 on every device).
+/// The soft GPU trains the four cells of `tests/gpu/e2e.py` with it in about a minute and a
+/// half, and the CPU the whole spec in seconds.
+pub const SMOKE_SMALL: [&str; 24] = [
+    "--set",
+    "pretrain.hidden=[64,64,256]",
+    "--set",
+    "train.hidden=[64,64,256]",
+    "--set",
+    "expert.max_epochs=10",
+    "--set",
+    "pretrain.layerwise_epochs=5",
+    "--set",
+    "pretrain.finetune_epochs=10",
+    "--set",
+    "train.epochs=5",
+    "--set",
+    "methods.eci-pp.train.epochs=3",
+    "--set",
+    "methods.eci-pp.eci.warmup_epochs=1",
+    "--set",
+    "eci.folds=2",
+    "--set",
+    "eci.corrector_epochs=5",
+    "--set",
+    "constraints.budget=1000",
+    "--set",
+    "cluster.n_init=10",
+];
+
 pub const TINY_SPEC: &str = r#"
 name: tiny
 datasets:
