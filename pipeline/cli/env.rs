@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use crate::error::{CliError, Result};
+use upcc_model::error::{Error, Result};
 
 /// The variables that stand in for flags (clap reads them), with their flags.
 pub const FLAG_VARS: [(&str, &str); 5] = [
@@ -72,7 +72,7 @@ pub fn test_k_block() -> Option<usize> {
 /// error naming the variable, never silently replaced by the default.
 pub fn check() -> Result<()> {
     let bad = |var: &str, value: &str, want: &str| {
-        CliError::user(format!(
+        Error::user(format!(
             "environment variable {var}=`{value}` is not valid: it must be {want}"
         ))
         .hint(format!("fix it or unset it (`unset {var}`)"))

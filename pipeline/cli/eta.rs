@@ -5,7 +5,7 @@
 use serde_json::Value;
 use upcc_engine::{Dag, NodeStatus, PlanEntry, Store};
 
-use crate::error::Result;
+use upcc_model::error::Result;
 
 /// One computed node the store remembers.
 struct Past {

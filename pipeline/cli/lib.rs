@@ -1,23 +1,14 @@
-//! The `upcc` command line: experiment specs, selectors, and the wiring of the stages into
-//! engine tasks. This is the only crate that sees both the engine (`pipeline/engine`) and
-//! the science (`stages/`).
+//! The `upcc` command line: arguments, verbs, progress and the environment, over the
+//! experiment model (`pipeline/model`, crate `upcc-model`), and two executor adapters: Slurm
+//! (`slurm`) and the remote cache's bucket (`remote`).
 
 pub mod cli;
 pub mod commands;
-pub mod device;
 pub mod env;
-pub mod error;
 pub mod eta;
-pub mod graph;
-pub mod method;
 pub mod progress;
 pub mod remote;
-pub mod select;
 pub mod slurm;
-pub mod spec;
-pub mod stage;
-pub mod target;
-pub mod wiring;
 
 use clap::Parser;
 
@@ -27,7 +18,7 @@ pub fn main_entry() -> i32 {
         Ok(c) => c,
         Err(e) => {
             if let Some((message, hint)) = explain_clap_error(&e) {
-                let err = error::CliError::user(message).hint(hint);
+                let err = upcc_model::Error::user(message).hint(hint);
                 eprint!("{err}");
                 return err.exit_code();
             }

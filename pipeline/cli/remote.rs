@@ -13,7 +13,7 @@ use object_store::path::Path as OsPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutOptions, PutPayload};
 use upcc_engine::{Bucket, BucketError, Listed, Put, PutMode, RemoteCache};
 
-use crate::error::{CliError, Result};
+use upcc_model::error::{Error, Result};
 
 /// Where a remote URL came from, for messages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,7 +58,7 @@ pub fn choose(
 /// came from, exit 2, before anything runs). No request is made yet.
 pub fn open(url: &str, origin: RemoteOrigin, warn_on_stderr: bool) -> Result<Arc<RemoteCache>> {
     let bucket = ObjectStoreBucket::new(url).map_err(|why| {
-        CliError::user(format!(
+        Error::user(format!(
             "remote `{url}` (from {}) cannot be used: {why}",
             origin.name()
         ))

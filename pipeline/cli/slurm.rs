@@ -18,130 +18,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use upcc_engine::{Dag, Digest, NodeStatus, PlanEntry, Store};
 
-use crate::error::{CliError, Result};
-
-/// Resources of one job.
-#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct JobResources {
-    #[serde(default)]
-    pub cpus: Option<usize>,
-    #[serde(default)]
-    pub mem_mb: Option<u64>,
-    /// Slurm time limit (`HH:MM:SS`, `D-HH:MM:SS`, minutes).
-    #[serde(default)]
-    pub time: Option<String>,
-    /// GPUs (`--gres=gpu:N`).
-    #[serde(default)]
-    pub gpus: Option<usize>,
-    #[serde(default)]
-    pub partition: Option<String>,
-}
-
-/// The `executor:` section of a spec (or of `~/.config/upcc/config.yaml`).
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExecutorSection {
-    /// `local` (default) or `slurm`: what `upcc run` uses without `--executor`.
-    #[serde(default)]
-    pub kind: Option<String>,
-    #[serde(default)]
-    pub slurm: SlurmSettings,
-}
-
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct SlurmSettings {
-    #[serde(default)]
-    pub partition: Option<String>,
-    #[serde(default)]
-    pub account: Option<String>,
-    /// More `sbatch` arguments for every job (`["--qos=normal"]`).
-    #[serde(default)]
-    pub sbatch: Vec<String>,
-    /// Seconds between polls of the queue while attached (default 5).
-    #[serde(default)]
-    pub poll_seconds: Option<f64>,
-    /// Stage name (`train`, `pretrain`, `expert`, …) or `training` (every stage that trains
-    /// networks) or `default` → resources; the most specific entry wins, field by field.
-    #[serde(default)]
-    pub resources: BTreeMap<String, JobResources>,
-}
-
-impl SlurmSettings {
-    /// Problems, as (field, message).
-    pub fn check(&self) -> Vec<(String, String)> {
-        let mut p = Vec::new();
-        if self
-            .poll_seconds
-            .is_some_and(|s| !(s.is_finite() && s > 0.0))
-        {
-            p.push((
-                "poll_seconds".into(),
-                "must be a positive number of seconds".into(),
-            ));
-        }
-        for (k, r) in &self.resources {
-            if r.cpus == Some(0) {
-                p.push((format!("resources.{k}.cpus"), "must be at least 1".into()));
-            }
-            if r.mem_mb == Some(0) {
-                p.push((format!("resources.{k}.mem_mb"), "must be at least 1".into()));
-            }
-            if r.time.as_deref().is_some_and(|t| {
-                t.is_empty()
-                    || !t
-                        .chars()
-                        .all(|c| c.is_ascii_digit() || c == ':' || c == '-')
-            }) {
-                p.push((
-                    format!("resources.{k}.time"),
-                    "is not a Slurm time limit (`HH:MM:SS`, `D-HH:MM:SS` or minutes)".into(),
-                ));
-            }
-        }
-        p
-    }
-
-    /// The resources of a node: its stage's entry, then `training` for training stages, then
-    /// `default`, then upcc's defaults (training: 4 CPUs, 24 h, a GPU when training on CUDA;
-    /// the rest: 1 CPU, 2 h; memory: the node's estimate + 1 GiB).
-    pub fn resources_for(
-        &self,
-        stage: &str,
-        trains: bool,
-        memory_mb: u64,
-        gpu: bool,
-    ) -> JobResources {
-        let mut r = JobResources {
-            cpus: None,
-            mem_mb: None,
-            time: None,
-            gpus: None,
-            partition: None,
-        };
-        let chain = [Some(stage), trains.then_some("training"), Some("default")];
-        for name in chain.into_iter().flatten() {
-            if let Some(e) = self.resources.get(name) {
-                r.cpus = r.cpus.or(e.cpus);
-                r.mem_mb = r.mem_mb.or(e.mem_mb);
-                r.time = r.time.clone().or_else(|| e.time.clone());
-                r.gpus = r.gpus.or(e.gpus);
-                r.partition = r.partition.clone().or_else(|| e.partition.clone());
-            }
-        }
-        JobResources {
-            cpus: Some(r.cpus.unwrap_or(if trains { 4 } else { 1 })),
-            mem_mb: Some(r.mem_mb.unwrap_or(memory_mb + 1024)),
-            time: Some(
-                r.time
-                    .unwrap_or_else(|| if trains { "24:00:00" } else { "02:00:00" }.into()),
-            ),
-            gpus: Some(r.gpus.unwrap_or(usize::from(trains && gpu))),
-            partition: r.partition.or_else(|| self.partition.clone()),
-        }
-    }
-}
+use upcc_model::error::{Error, Result};
+pub use upcc_model::specs::executor::{ExecutorSection, JobResources, SlurmSettings};
 
 /// The user config file: `$UPCC_CONFIG`, else `$XDG_CONFIG_HOME/upcc/config.yaml`, else
 /// `~/.config/upcc/config.yaml`. Its `executor:` section applies where a spec has none.
@@ -175,9 +53,9 @@ fn read_user_config() -> Result<Option<UserConfig>> {
         return Ok(None);
     };
     let text = fs_err::read_to_string(&path)
-        .map_err(|e| CliError::user(format!("cannot read `{}`: {e}", path.display())))?;
+        .map_err(|e| Error::user(format!("cannot read `{}`: {e}", path.display())))?;
     serde_yaml_ng::from_str(&text).map(Some).map_err(|e| {
-        CliError::user(format!("`{}`: {e}", path.display()))
+        Error::user(format!("`{}`: {e}", path.display()))
             .hint("the user config holds `executor: {kind: slurm, slurm: {...}}` and `remote: URL` (README, On a Slurm cluster; Sharing results through a remote cache)")
     })
 }
@@ -193,7 +71,7 @@ pub fn executor_section(spec: Option<&ExecutorSection>) -> Result<ExecutorSectio
     let path = user_config_path().unwrap_or_default();
     let section = cfg.executor.unwrap_or_default();
     if let Some((field, msg)) = section.slurm.check().into_iter().next() {
-        return Err(CliError::user(format!(
+        return Err(Error::user(format!(
             "`{}`: executor.slurm.{field} {msg}",
             path.display()
         )));
@@ -275,7 +153,7 @@ pub fn read_record(store: &Store, recipe: &str) -> Option<JobRecord> {
 fn write_record(store: &Store, recipe: &str, r: &JobRecord) -> Result<()> {
     let path = record_path(store, recipe);
     let tmp = path.with_extension(format!("json.tmp{}", std::process::id()));
-    let io = |e: std::io::Error| CliError::env(format!("cannot write `{}`: {e}", path.display()));
+    let io = |e: std::io::Error| Error::env(format!("cannot write `{}`: {e}", path.display()));
     fs_err::write(
         &tmp,
         serde_json::to_vec_pretty(r).expect("record serialises"),
@@ -294,7 +172,7 @@ struct SubmitLock(#[allow(dead_code)] fs_err::File);
 fn submit_lock(store: &Store) -> Result<SubmitLock> {
     let dir = jobs_dir(store);
     fs_err::create_dir_all(dir.join("logs"))
-        .map_err(|e| CliError::env(format!("cannot create `{}`: {e}", dir.display())))?;
+        .map_err(|e| Error::env(format!("cannot create `{}`: {e}", dir.display())))?;
     let path = dir.join("submit.lock");
     let f = fs_err::OpenOptions::new()
         .read(true)
@@ -302,10 +180,10 @@ fn submit_lock(store: &Store) -> Result<SubmitLock> {
         .create(true)
         .truncate(false)
         .open(&path)
-        .map_err(|e| CliError::env(format!("cannot open `{}`: {e}", path.display())))?;
+        .map_err(|e| Error::env(format!("cannot open `{}`: {e}", path.display())))?;
     // SAFETY: the fd is valid; flock has no memory-safety preconditions.
     if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(CliError::env(format!(
+        return Err(Error::env(format!(
             "cannot lock `{}`: {}",
             path.display(),
             std::io::Error::last_os_error()
@@ -374,7 +252,7 @@ fn parse_state(state: &str, reason: &str) -> JobState {
 
 fn command_output(cmd: &mut Command, what: &str) -> Result<std::process::Output> {
     cmd.output().map_err(|e| {
-        CliError::env(format!("cannot run `{what}`: {e}"))
+        Error::env(format!("cannot run `{what}`: {e}"))
             .hint("the Slurm executor needs Slurm's client commands (sbatch, squeue, scancel) on the PATH")
     })
 }
@@ -398,7 +276,7 @@ pub fn job_states(ids: &[String]) -> Result<HashMap<String, JobState>> {
                 "squeue",
             )?;
             if !all.status.success() {
-                return Err(CliError::env(format!(
+                return Err(Error::env(format!(
                     "squeue failed: {}",
                     String::from_utf8_lossy(&all.stderr).trim()
                 )));
@@ -492,7 +370,7 @@ impl Invocation {
 
     fn job_command(&self, node: &str, recipe: &str, threads: usize) -> Result<String> {
         let exe = std::env::current_exe()
-            .map_err(|e| CliError::env(format!("cannot find upcc's own executable: {e}")))?;
+            .map_err(|e| Error::env(format!("cannot find upcc's own executable: {e}")))?;
         let mut words = vec![
             format!("UPCC_THREADS={threads}"),
             "exec".to_string(),
@@ -615,7 +493,7 @@ pub fn submit(
         ));
         let o = command_output(&mut cmd, "sbatch")?;
         if !o.status.success() {
-            return Err(CliError::env(format!(
+            return Err(Error::env(format!(
                 "sbatch refused the job of node `{}`: {}",
                 node.id,
                 String::from_utf8_lossy(&o.stderr).trim()
@@ -625,7 +503,7 @@ pub fn submit(
         let out = String::from_utf8_lossy(&o.stdout);
         let id = out.trim().split(';').next().unwrap_or("").to_string();
         if id.is_empty() || !id.chars().all(|c| c.is_ascii_digit() || c == '_') {
-            return Err(CliError::env(format!(
+            return Err(Error::env(format!(
                 "sbatch printed no job id: `{}`",
                 out.trim()
             )));
@@ -773,7 +651,7 @@ pub fn cancel(dag: &Dag, entries: &[PlanEntry], store: &Store) -> Result<(usize,
     if !live.is_empty() {
         let o = command_output(Command::new("scancel").args(&live), "scancel")?;
         if !o.status.success() {
-            return Err(CliError::env(format!(
+            return Err(Error::env(format!(
                 "scancel failed: {}",
                 String::from_utf8_lossy(&o.stderr).trim()
             )));

@@ -273,7 +273,11 @@ fn a_file_published_in_parts_is_fetched_part_by_part_checked_by_git_blob_id_and_
         git_hash_object(env.dir.path(), a),
         git_hash_object(env.dir.path(), b),
     );
-    assert_eq!(ida, upcc::stage::fetch::git_blob_id(a), "git's own blob id");
+    assert_eq!(
+        ida,
+        upcc_model::stage::fetch::git_blob_id(a),
+        "git's own blob id"
+    );
     let server = Server::serving(
         vec![
             ("/blobs.csv.part1".into(), a.to_vec()),

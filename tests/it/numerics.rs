@@ -73,7 +73,7 @@ fn probpair_on_the_smoke_data_beats_kmeans_on_raw_pixels_in_nmi() {
         "data".to_string(),
         features::SourceFile {
             display: "mnist5k".into(),
-            bytes: upcc::spec::MNIST5K,
+            bytes: upcc_model::specs::MNIST5K,
         },
     )]);
     let f = features::build(&fp, &files).unwrap();

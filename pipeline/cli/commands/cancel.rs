@@ -5,13 +5,13 @@ use upcc_engine::plan;
 
 use super::context::*;
 use crate::cli::SpecArgs;
-use crate::error::Result;
-use crate::select;
+use upcc_model::error::Result;
+use upcc_model::selectors;
 
 /// `upcc cancel SPEC [SELECTOR…]`: cancel the Slurm jobs of the selected stale nodes.
 pub fn cancel(args: &SpecArgs, env: &Env) -> Result<i32> {
     let loaded = load(args, 1, env)?;
-    let roots = select::roots(&loaded.selection, &loaded.built)?;
+    let roots = selectors::roots(&loaded.selection, &loaded.built)?;
     let dag = loaded.built.dag.restrict(&roots);
     let store = open_store(&env.store, false)?;
     let entries = plan(&dag, &store, &loaded.spec.file.name)?;

@@ -9,11 +9,11 @@ use std::time::SystemTime;
 use upcc_engine::{Digest, NodeKeyTag, NodeStatus, ProvenanceBase, Store};
 
 use crate::cli::SpecArgs;
-use crate::device::{Compute, DeviceRequest};
-use crate::error::{CliError, Result};
-use crate::graph::{build, Built};
-use crate::select::{self, Selection};
-use crate::spec::{self, Spec};
+use upcc_model::device::{Compute, DeviceRequest};
+use upcc_model::error::{Error, Result};
+use upcc_model::graph::{build, Built};
+use upcc_model::selectors::{self, Selection};
+use upcc_model::specs::{self, Spec};
 
 /// The store named by `--store`, else `$UPCC_STORE`, else `artifacts/`.
 pub fn store_path(flag: &Option<PathBuf>) -> PathBuf {
@@ -31,7 +31,7 @@ pub(crate) fn open_store(flag: &Option<PathBuf>, create: bool) -> Result<Store> 
         Store::open_existing(&path)
     };
     r.map_err(|e| {
-        let err: CliError = e.into();
+        let err: Error = e.into();
         err.hint("the store is chosen by --store DIR, else $UPCC_STORE, else `artifacts/`")
     })
 }
@@ -65,11 +65,11 @@ impl Env {
     /// The device this machine trains on, whatever `--numerics` plans with.
     pub fn device(&self, quiet: bool) -> Result<std::sync::Arc<Compute>> {
         let gpus = match &self.gpus {
-            Some(s) => Some(crate::device::parse_gpus(s)?),
+            Some(s) => Some(upcc_model::device::parse_gpus(s)?),
             None => None,
         };
         Compute::resolve(
-            DeviceRequest::from_flag(self.device.as_deref())?,
+            DeviceRequest::from_flag(self.device.as_deref(), crate::env::device().as_deref())?,
             gpus.as_deref(),
             quiet,
         )
@@ -85,7 +85,7 @@ pub(crate) fn check_numerics(n: &str) -> Result<String> {
     if ok {
         Ok(n.to_string())
     } else {
-        Err(CliError::user(format!(
+        Err(Error::user(format!(
             "--numerics (or $UPCC_NUMERICS) `{n}` is not a numerics class"
         ))
         .hint(format!(
@@ -104,7 +104,7 @@ pub(crate) fn local_device(
 ) -> Result<std::sync::Arc<Compute>> {
     let real = env.device(quiet)?;
     if env.numerics.is_some() && real.numerics() != planned.numerics() {
-        return Err(CliError::user(format!(
+        return Err(Error::user(format!(
             "--numerics {} plans for another device class than this machine's device ({}), which computes {}",
             planned.numerics(),
             real.name(),
@@ -136,9 +136,9 @@ pub(crate) fn load_with(
         .spec_and_selectors
         .split_first()
         .expect("clap requires a spec");
-    let spec = spec::load(spec_arg, &args.set)?;
-    let built = build(&spec, threads, compute.clone())?;
-    let selection = select::parse(selectors, &built)?;
+    let spec = specs::load(spec_arg, &args.set)?;
+    let built = build(&spec, threads, compute.clone(), &host())?;
+    let selection = selectors::parse(selectors, &built)?;
     Ok(Loaded {
         spec,
         built,
@@ -187,7 +187,7 @@ pub(crate) fn check_memory(
         2 => " (and 1 other node)".to_string(),
         n => format!(" (and {} other nodes)", n - 1),
     };
-    Err(CliError::user(format!(
+    Err(Error::user(format!(
         "node `{}`{others}: {} would need {} of memory to train, more than {source}",
         first.node,
         first.what,
@@ -329,3 +329,10 @@ pub(crate) fn remote_for(
 /// Threads per CPU training node when --node-threads is not given: small networks scale to a
 /// few threads, so a many-core machine runs several nodes side by side (README, Benchmarks).
 pub const DEFAULT_NODE_THREADS: usize = 4;
+
+/// What the model takes from the environment when it builds a DAG.
+pub fn host() -> upcc_model::graph::Host {
+    upcc_model::graph::Host {
+        data_mirror: crate::env::data_mirror(),
+    }
+}

@@ -7,7 +7,7 @@ use std::time::Instant;
 use serde_json::json;
 
 use super::context::*;
-use crate::error::Result;
+use upcc_model::error::Result;
 
 /// `upcc device`: the device a run would train on, opened as a run opens it.
 pub fn device(args: &crate::cli::DeviceArgs, env: &Env) -> Result<i32> {
@@ -20,7 +20,7 @@ pub fn device(args: &crate::cli::DeviceArgs, env: &Env) -> Result<i32> {
         let facts: BTreeMap<_, _> = info.facts.iter().cloned().collect();
         println!(
             "{}",
-            json!({"device": compute.name(), "numerics": compute.numerics(), "numerics_parts": crate::device::describe_numerics(&compute.numerics()), "facts": facts, "open_seconds": opened_s})
+            json!({"device": compute.name(), "numerics": compute.numerics(), "numerics_parts": upcc_model::device::describe_numerics(&compute.numerics()), "facts": facts, "open_seconds": opened_s})
         );
     } else {
         let mut rows = vec![
@@ -31,7 +31,7 @@ pub fn device(args: &crate::cli::DeviceArgs, env: &Env) -> Result<i32> {
             ),
         ];
         rows.extend(
-            crate::device::describe_numerics(&compute.numerics())
+            upcc_model::device::describe_numerics(&compute.numerics())
                 .into_iter()
                 .map(|p| ("  part".to_string(), p)),
         );

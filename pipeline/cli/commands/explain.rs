@@ -7,23 +7,28 @@ use upcc_engine::{plan, NodeStatus, PlanEntry, Store};
 
 use super::context::*;
 use crate::cli::ExplainArgs;
-use crate::error::{CliError, Result};
-use crate::graph::build;
-use crate::spec;
+use upcc_model::error::{Error, Result};
+use upcc_model::graph::build;
+use upcc_model::specs;
 
 pub fn explain(args: &ExplainArgs, env: &Env) -> Result<i32> {
     let (store_flag, verbose) = (&env.store, env.verbose);
     let spec_arg = &args.spec;
     let Some(node_arg) = &args.node else {
-        return Err(CliError::user(format!(
+        return Err(Error::user(format!(
             "`upcc explain {spec_arg}` needs a node: which node of the spec to explain"
         ))
         .hint(format!(
             "`upcc status {spec_arg}` lists the node ids; then `upcc explain {spec_arg} NODE` (a node id or a key prefix)"
         )));
     };
-    let spec = spec::load(spec_arg, &args.set)?;
-    let built = build(&spec, default_threads(), env.compute(args.json)?)?;
+    let spec = specs::load(spec_arg, &args.set)?;
+    let built = build(
+        &spec,
+        default_threads(),
+        env.compute(args.json)?,
+        &super::context::host(),
+    )?;
     let dag = &built.dag;
     let path = store_path(store_flag);
     let store = if path.join("STORE.json").exists() {
@@ -56,8 +61,8 @@ pub fn explain(args: &ExplainArgs, env: &Env) -> Result<i32> {
                         by_key[0]
                     } else {
                         let mut e =
-                            CliError::user(format!("no node `{node_arg}` in `{}`", spec.display));
-                        if let Some(n) = crate::error::nearest(
+                            Error::user(format!("no node `{node_arg}` in `{}`", spec.display));
+                        if let Some(n) = upcc_model::error::nearest(
                             node_arg,
                             dag.nodes().iter().map(|n| n.id.as_str()),
                         ) {
@@ -72,7 +77,7 @@ pub fn explain(args: &ExplainArgs, env: &Env) -> Result<i32> {
                         .take(8)
                         .map(|&i| dag.node(i).id.as_str())
                         .collect();
-                    return Err(CliError::user(format!(
+                    return Err(Error::user(format!(
                         "`{node_arg}` matches {} nodes",
                         matches.len()
                     ))
@@ -107,7 +112,7 @@ pub fn explain(args: &ExplainArgs, env: &Env) -> Result<i32> {
             json!({
                 "id": node.id, "stage": node.stage, "stage_version": node.stage_version, "status": e.status,
                 "key": e.key.map(|k| k.to_hex()), "reasons": e.reasons, "inputs": inputs, "params": node.params,
-                "numerics": node.numerics, "numerics_parts": crate::device::describe_numerics(&node.numerics), "manifest": manifest, "log": e.key.map(|k| store.log_path(&k).display().to_string()),
+                "numerics": node.numerics, "numerics_parts": upcc_model::device::describe_numerics(&node.numerics), "manifest": manifest, "log": e.key.map(|k| store.log_path(&k).display().to_string()),
                 "log_text": e.key.and_then(|k| fs_err::read_to_string(store.log_path(&k)).ok()),
             })
         );
@@ -120,7 +125,7 @@ pub fn explain(args: &ExplainArgs, env: &Env) -> Result<i32> {
         "stage     {} (version {}), numerics {}",
         node.stage, node.stage_version, node.numerics
     );
-    for part in crate::device::describe_numerics(&node.numerics) {
+    for part in upcc_model::device::describe_numerics(&node.numerics) {
         let _ = writeln!(o, "          {part}");
     }
     let _ = writeln!(o, "status    {}", status_word(e.status));

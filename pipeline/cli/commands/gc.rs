@@ -7,12 +7,12 @@ use upcc_engine::{plan_with, Digest, NodeKeyTag, NodeStatus};
 
 use super::context::*;
 use crate::cli::GcArgs;
-use crate::error::{CliError, Result};
-use crate::spec;
+use upcc_model::error::{Error, Result};
+use upcc_model::specs;
 
 pub fn gc(args: &GcArgs, env: &Env) -> Result<i32> {
     let grace_minutes = u64::try_from(args.grace_minutes).map_err(|_| {
-        CliError::user(format!(
+        Error::user(format!(
             "--grace-minutes must be 0 or more, got {}",
             args.grace_minutes
         ))
@@ -23,7 +23,7 @@ pub fn gc(args: &GcArgs, env: &Env) -> Result<i32> {
     let remote = match &args.remote {
         None => None,
         Some(url) => {
-            let first = spec::load(&args.specs[0], &[])?;
+            let first = specs::load(&args.specs[0], &[])?;
             let flag = Some(url.as_str()).filter(|u| !u.is_empty());
             match remote_for(flag, &first)? {
                 Some(r) => Some(r),
@@ -55,11 +55,12 @@ pub fn gc(args: &GcArgs, env: &Env) -> Result<i32> {
         }
     }
     for (s, sets) in &specs {
-        let spec = spec::load(s, sets).map_err(|e| {
+        let spec = specs::load(s, sets).map_err(|e| {
             e.hint("gc keeps what the specs of queued or running slurm jobs reach; wait for them or `upcc cancel` them first")
         })?;
         for class in &classes {
-            let built = crate::graph::build_for_numerics(&spec, class)?;
+            let built =
+                upcc_model::graph::build_for_numerics(&spec, class, &super::context::host())?;
             // With a remote, the keys of nodes below a result that is only on the remote
             // come from its manifest (as `status` finds them).
             for e in plan_with(&built.dag, &store, &spec.file.name, remote.as_deref())? {
@@ -73,7 +74,7 @@ pub fn gc(args: &GcArgs, env: &Env) -> Result<i32> {
     println!("{}", describe(&r, args.dry_run));
     if let Some(remote) = &remote {
         if let Some(why) = remote.unreachable() {
-            return Err(CliError::env(format!(
+            return Err(Error::env(format!(
                 "remote `{}` could not be read, so nothing was deleted from it: {why}",
                 remote.describe()
             )));
@@ -81,7 +82,7 @@ pub fn gc(args: &GcArgs, env: &Env) -> Result<i32> {
         let r = remote
             .gc(&keep, Duration::from_secs(grace_minutes * 60), args.dry_run)
             .map_err(|e| {
-                CliError::env(format!(
+                Error::env(format!(
                     "gc of remote `{}` stopped: {e}",
                     remote.describe()
                 ))
@@ -114,7 +115,7 @@ fn describe(r: &upcc_engine::store::GcReport, dry_run: bool) -> String {
 /// The numerics classes of the training results on the remote (every manifest read once).
 fn remote_classes(remote: &upcc_engine::RemoteCache) -> Result<BTreeSet<String>> {
     let keys = remote.list_keys().map_err(|e| {
-        CliError::env(format!("cannot list remote `{}`: {e}", remote.describe()))
+        Error::env(format!("cannot list remote `{}`: {e}", remote.describe()))
             .hint("nothing was deleted; run it again when the remote answers")
     })?;
     Ok(keys

@@ -7,8 +7,8 @@ use upcc_engine::{plan, run as engine_run, NodeStatus, Outcome, RunConfig};
 
 use super::context::*;
 use crate::cli::{JobArgs, SpecArgs};
-use crate::error::{CliError, Result};
 use crate::progress::{Progress, ProgressMode};
+use upcc_model::error::{Error, Result};
 
 /// `upcc job SPEC NODE --recipe HEX`: compute exactly one node whose inputs are computed.
 pub fn job(args: &JobArgs, env: &Env) -> Result<i32> {
@@ -25,13 +25,13 @@ pub fn job(args: &JobArgs, env: &Env) -> Result<i32> {
     // device; a node that trains opens this machine's device, which must compute that class.
     let mut loaded = load(&spec_args, threads, env)?;
     let Some(i) = loaded.built.dag.index_of(node_id) else {
-        return Err(CliError::user(format!("the spec `{spec_arg}` has no node `{node_id}`"))
+        return Err(Error::user(format!("the spec `{spec_arg}` has no node `{node_id}`"))
             .hint("the spec changed since the job was submitted; rerun `upcc run SPEC --executor slurm`"));
     };
     if env.numerics.is_some() && loaded.built.dag.node(i).numerics != "exact" {
         let real = env.device(false)?;
         if real.numerics() != loaded.compute.numerics() {
-            return Err(CliError::env(format!(
+            return Err(Error::env(format!(
                 "node `{node_id}` was planned for numerics class {} but this machine's device ({}) computes {}",
                 loaded.compute.numerics(),
                 real.name(),
@@ -49,7 +49,7 @@ pub fn job(args: &JobArgs, env: &Env) -> Result<i32> {
         .expect("the restricted DAG holds the node");
     let recipe = crate::slurm::recipes(&dag).swap_remove(last);
     if recipe != args.recipe {
-        return Err(CliError::user(format!(
+        return Err(Error::user(format!(
             "node `{node_id}` has recipe {} under the spec now, but the job was submitted for {}",
             &recipe[..12],
             &args.recipe[..args.recipe.len().min(12)]
@@ -68,7 +68,7 @@ pub fn job(args: &JobArgs, env: &Env) -> Result<i32> {
     }
     for (j, e) in entries.iter().enumerate() {
         if j != last && e.status != NodeStatus::Fresh {
-            return Err(CliError::env(format!(
+            return Err(Error::env(format!(
                 "input node `{}` of `{node_id}` is not computed ({})",
                 e.id,
                 status_word(e.status)

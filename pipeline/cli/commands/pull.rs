@@ -8,8 +8,8 @@ use upcc_engine::{plan_with, NodeStatus};
 use super::context::*;
 use super::push::no_remote;
 use crate::cli::SpecArgs;
-use crate::error::{CliError, Result};
-use crate::select;
+use upcc_model::error::{Error, Result};
+use upcc_model::selectors;
 
 /// What [`pull_into`] did.
 pub(crate) struct Pulled {
@@ -70,7 +70,7 @@ pub fn pull(args: &SpecArgs, env: &Env) -> Result<i32> {
     let Some(remote) = remote_for(args.remote.as_deref(), &loaded.spec)? else {
         return Err(no_remote("pull"));
     };
-    let roots = select::roots(&loaded.selection, &loaded.built)?;
+    let roots = selectors::roots(&loaded.selection, &loaded.built)?;
     let dag = loaded.built.dag.restrict(&roots);
     let store = open_store(&env.store, true)?;
     let Pulled {
@@ -97,7 +97,7 @@ pub fn pull(args: &SpecArgs, env: &Env) -> Result<i32> {
     );
     if let Some(why) = remote.unreachable() {
         return Err(
-            CliError::env(format!("pull from `{}` stopped: {why}", remote.describe()))
+            Error::env(format!("pull from `{}` stopped: {why}", remote.describe()))
                 .hint("what was downloaded stays; run `upcc pull` again when the remote answers"),
         );
     }

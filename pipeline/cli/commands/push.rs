@@ -6,15 +6,15 @@ use upcc_engine::{plan, NodeStatus, Uploaded};
 
 use super::context::*;
 use crate::cli::SpecArgs;
-use crate::error::{CliError, Result};
-use crate::select;
+use upcc_model::error::{Error, Result};
+use upcc_model::selectors;
 
 pub fn push(args: &SpecArgs, env: &Env) -> Result<i32> {
     let loaded = load(args, default_threads(), env)?;
     let Some(remote) = remote_for(args.remote.as_deref(), &loaded.spec)? else {
         return Err(no_remote("push"));
     };
-    let roots = select::roots(&loaded.selection, &loaded.built)?;
+    let roots = selectors::roots(&loaded.selection, &loaded.built)?;
     let dag = loaded.built.dag.restrict(&roots);
     let store = open_store(&env.store, false)?;
     let entries = plan(&dag, &store, &loaded.spec.file.name)?;
@@ -58,7 +58,7 @@ pub fn push(args: &SpecArgs, env: &Env) -> Result<i32> {
     );
     match remote.unreachable() {
         Some(why) => Err(
-            CliError::env(format!("push to `{}` stopped: {why}", remote.describe()))
+            Error::env(format!("push to `{}` stopped: {why}", remote.describe()))
                 .hint("what was uploaded stays; run `upcc push` again when the remote answers"),
         ),
         None => Ok(0),
@@ -66,7 +66,7 @@ pub fn push(args: &SpecArgs, env: &Env) -> Result<i32> {
 }
 
 /// The error of a verb that needs a remote and has none.
-pub(crate) fn no_remote(verb: &str) -> CliError {
-    CliError::user(format!("`upcc {verb}` needs a remote cache, and none is named"))
+pub(crate) fn no_remote(verb: &str) -> Error {
+    Error::user(format!("`upcc {verb}` needs a remote cache, and none is named"))
         .hint("name one with --remote URL, $UPCC_REMOTE, or `remote:` in the spec or the user config (s3://BUCKET/PREFIX, gs://…, az://…, file:///PATH)")
 }

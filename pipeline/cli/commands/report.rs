@@ -11,12 +11,12 @@ use upcc_engine::{plan, InputDef, Manifest, NodeStatus, PlanEntry, Store};
 
 use super::context::{self as commands, Env};
 use crate::cli::ReportArgs;
-use crate::error::{CliError, Result};
-use crate::graph::build;
-use crate::spec::{self, Spec};
-use crate::target::runtime::{fresh_manifest, runtime_table, training_time, Durations};
-use crate::target::table::render_target;
-use crate::target::{TableInput, TargetKind, TargetNodes, View};
+use upcc_model::error::{Error, Result};
+use upcc_model::graph::build;
+use upcc_model::specs::{self, Spec};
+use upcc_model::targets::runtime::{fresh_manifest, runtime_table, training_time, Durations};
+use upcc_model::targets::table::render_target;
+use upcc_model::targets::{TableInput, TargetKind, TargetNodes, View};
 
 /// The files a report writes into a target's folder.
 const REPORT_FILES: [&str; 8] = [
@@ -62,13 +62,13 @@ pub fn report(args: &ReportArgs, env: &Env) -> Result<i32> {
         .spec_and_selectors
         .split_first()
         .expect("clap requires a spec");
-    let spec = spec::load(spec_arg, &args.set)?;
+    let spec = specs::load(spec_arg, &args.set)?;
     let wanted = targets_selected(selectors, &spec)?;
     let compute = env.compute(false)?;
-    let built = build(&spec, 1, compute)?;
+    let built = build(&spec, 1, compute, &super::context::host())?;
     let path = commands::store_path(&env.store);
     if !path.join("STORE.json").exists() {
-        return Err(CliError::user(format!(
+        return Err(Error::user(format!(
             "no store at `{}`: nothing has been computed there yet",
             path.display()
         ))
@@ -79,7 +79,7 @@ pub fn report(args: &ReportArgs, env: &Env) -> Result<i32> {
     let store = commands::open_store(&env.store, false)?;
     let entries = plan(&built.dag, &store, &spec.file.name)?;
     fs_err::create_dir_all(&args.out)
-        .map_err(|e| CliError::user(format!("cannot create `{}`: {e}", args.out.display())))?;
+        .map_err(|e| Error::user(format!("cannot create `{}`: {e}", args.out.display())))?;
     let mut targets: Vec<&TargetNodes> = built
         .targets
         .iter()
@@ -135,22 +135,20 @@ fn targets_selected(selectors: &[String], spec: &Spec) -> Result<Option<BTreeSet
     for s in selectors {
         let Some(names) = s.strip_prefix("target=") else {
             return Err(
-                CliError::user(format!("`{s}`: a report selects whole targets only")).hint(
+                Error::user(format!("`{s}`: a report selects whole targets only")).hint(
                     "use `target=NAME` (several: `target=a,b`), or no selector for every target",
                 ),
             );
         };
         if names.split(',').all(str::is_empty) {
-            return Err(CliError::user(format!("`{s}` names no target"))
+            return Err(Error::user(format!("`{s}` names no target"))
                 .hint("`target=NAME`, or no selector for every target"));
         }
         for n in names.split(',').filter(|n| !n.is_empty()) {
             if !spec.file.targets.contains_key(n) {
                 let known: Vec<&str> = spec.file.targets.keys().map(|k| k.as_str()).collect();
-                return Err(
-                    CliError::user(format!("`{s}`: the spec has no target `{n}`"))
-                        .hint(format!("its targets: {}", known.join(", "))),
-                );
+                return Err(Error::user(format!("`{s}`: the spec has no target `{n}`"))
+                    .hint(format!("its targets: {}", known.join(", "))));
             }
             wanted.insert(n.to_string());
         }
@@ -160,7 +158,7 @@ fn targets_selected(selectors: &[String], spec: &Spec) -> Result<Option<BTreeSet
 
 fn write(path: &Path, bytes: &[u8]) -> Result<()> {
     fs_err::write(path, bytes)
-        .map_err(|e| CliError::env(format!("cannot write `{}`: {e}", path.display())))
+        .map_err(|e| Error::env(format!("cannot write `{}`: {e}", path.display())))
 }
 
 /// The node that did the cell's work: the leaf itself when it trains a network (its numerics
@@ -231,7 +229,7 @@ fn write_target(
 ) -> Result<Written> {
     let dir = out.join(&t.name);
     fs_err::create_dir_all(&dir)
-        .map_err(|e| CliError::env(format!("cannot create `{}`: {e}", dir.display())))?;
+        .map_err(|e| Error::env(format!("cannot create `{}`: {e}", dir.display())))?;
     // A previous report's files of this target go first, so that nothing stale (a figure no
     // longer drawn for these parameters) lingers beside the new ones. Only the report's own
     // file names are touched.
@@ -313,7 +311,7 @@ fn write_target(
             runtime_table(t, dag, entries, store, durations)?
         } else {
             render_target(t.kind.table_source(), &t.layout, &inputs, t.trials)
-                .map_err(|e| CliError::env(e.to_string()))?
+                .map_err(|e| Error::env(e.to_string()))?
         };
         for (file, bytes) in [
             ("table.md", r.markdown.as_bytes()),

@@ -10,12 +10,12 @@ use upcc_engine::{plan, run as engine_run, NodeStatus, Outcome, RunConfig, Store
 
 use super::context::*;
 use crate::cli::{ExecutorArg, ProgressArg, RunArgs};
-use crate::error::{CliError, Result};
 use crate::progress::{Progress, ProgressMode};
-use crate::select;
-use crate::target::runtime::{runtime_table, Durations};
-use crate::target::table::render_target;
-use crate::target::{TableInput, View};
+use upcc_model::error::{Error, Result};
+use upcc_model::selectors;
+use upcc_model::targets::runtime::{runtime_table, Durations};
+use upcc_model::targets::table::render_target;
+use upcc_model::targets::{TableInput, View};
 
 /// What `run` shows for the targets it touched: tables rendered from whatever is fresh, and
 /// where figures are.
@@ -30,7 +30,7 @@ pub(crate) fn render_views(
     let dag = &loaded.built.dag;
     let entries = plan(dag, store, &loaded.spec.file.name)?;
     let mut out = Vec::new();
-    let mut targets: Vec<&crate::target::TargetNodes> = loaded.built.targets.iter().collect();
+    let mut targets: Vec<&upcc_model::targets::TargetNodes> = loaded.built.targets.iter().collect();
     // In the order the spec declares them.
     targets.sort_by_key(|t| {
         loaded
@@ -106,7 +106,7 @@ pub(crate) fn render_views(
         let inputs: Vec<(&TableInput, &[u8])> =
             found.iter().map(|(i, b)| (*i, b.as_slice())).collect();
         let r = render_target(source, &t.layout, &inputs, t.trials)
-            .map_err(|e| CliError::env(e.to_string()))?;
+            .map_err(|e| Error::env(e.to_string()))?;
         out.push((t.name.clone(), r.markdown));
     }
     Ok(out)
@@ -131,7 +131,7 @@ pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
     let t0 = Instant::now();
     let threads = args.threads.unwrap_or_else(default_threads).max(1);
     if args.node_threads == Some(0) {
-        return Err(CliError::user("--node-threads must be at least 1"));
+        return Err(Error::user("--node-threads must be at least 1"));
     }
     let node_threads = args
         .node_threads
@@ -147,7 +147,7 @@ pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
             ExecutorArg::Local
         });
     if args.detach && executor != ExecutorArg::Slurm {
-        return Err(CliError::user(
+        return Err(Error::user(
             "--detach leaves jobs running on a cluster; it applies to the Slurm executor",
         )
         .hint("add `--executor slurm`, or drop --detach"));
@@ -157,7 +157,7 @@ pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
         let real = local_device(env, &loaded.compute, args.spec.json)?;
         loaded = load_with(&args.spec, node_threads, real)?;
     }
-    let roots = select::roots(&loaded.selection, &loaded.built)?;
+    let roots = selectors::roots(&loaded.selection, &loaded.built)?;
     let dag = loaded.built.dag.restrict(&roots);
     if executor == ExecutorArg::Local {
         // This process trains: a GPU that cannot be used fails the run here, before anything
@@ -379,7 +379,7 @@ pub(crate) fn run_slurm(
     t0: Instant,
 ) -> Result<i32> {
     if args.force {
-        return Err(CliError::user(
+        return Err(Error::user(
             "--force recomputes fresh results on this machine; the Slurm executor submits only what is not computed",
         )
         .hint("run the determinism check locally (`--executor local --force`) on the cell you want"));

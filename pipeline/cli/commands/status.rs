@@ -7,13 +7,13 @@ use upcc_engine::{plan_with, NodeStatus, Store};
 
 use super::context::*;
 use crate::cli::SpecArgs;
-use crate::error::Result;
-use crate::select;
+use upcc_model::error::Result;
+use upcc_model::selectors;
 
 pub fn status(args: &SpecArgs, env: &Env) -> Result<i32> {
     let store_flag = &env.store;
     let loaded = load(args, default_threads(), env)?;
-    let roots = select::roots(&loaded.selection, &loaded.built)?;
+    let roots = selectors::roots(&loaded.selection, &loaded.built)?;
     let dag = loaded.built.dag.restrict(&roots);
     // A store that does not exist yet is empty: report everything as missing, create nothing.
     let path = store_path(store_flag);

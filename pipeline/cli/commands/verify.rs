@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use super::context::*;
-use crate::error::Result;
+use upcc_model::error::Result;
 
 pub fn verify(store_flag: &Option<PathBuf>) -> Result<i32> {
     let store = open_store(store_flag, false)?;

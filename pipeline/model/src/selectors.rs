@@ -1,0 +1,163 @@
+//! Selectors: `key=value[,value…]` picks one cell or a slice of a spec's grid.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use upcc_engine::Dag;
+
+use crate::error::{nearest, Error, Result};
+use crate::graph::Built;
+
+pub const KEYS: [&str; 9] = [
+    "target",
+    "dataset",
+    "supervision",
+    "method",
+    "pretrain",
+    "corruption",
+    "budget",
+    "trial",
+    "stage",
+];
+
+/// Parsed selectors.
+#[derive(Clone, Debug, Default)]
+pub struct Selection {
+    pub filters: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl Selection {
+    pub fn is_empty(&self) -> bool {
+        self.filters.is_empty()
+    }
+
+    pub fn has_cell_filters(&self) -> bool {
+        // Every key but `target` and `stage` picks cells.
+        self.filters.keys().any(|k| k != "target" && k != "stage")
+    }
+
+    fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.filters
+            .iter()
+            .filter(|(k, _)| k.as_str() != "target")
+            .all(|(k, vals)| labels.get(k).is_some_and(|v| vals.contains(v)))
+    }
+}
+
+/// Parse and validate `key=value` selectors against the values the DAG knows.
+pub fn parse(args: &[String], built: &Built) -> Result<Selection> {
+    let mut known: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    for n in built.dag.nodes() {
+        for (k, v) in &n.labels {
+            if let Some(key) = KEYS.iter().find(|x| **x == k.as_str()) {
+                known.entry(key).or_default().insert(v.clone());
+            }
+        }
+    }
+    known
+        .entry("target")
+        .or_default()
+        .extend(built.targets.iter().map(|t| t.name.clone()));
+    let mut sel = Selection::default();
+    for a in args {
+        let (k, v) = a.split_once('=').ok_or_else(|| {
+            Error::user(format!("selector `{a}` is not of the form key=value"))
+                .hint(format!("selector keys: {}", KEYS.join(", ")))
+        })?;
+        if !KEYS.contains(&k) {
+            let mut e = Error::user(format!("unknown selector key `{k}` in `{a}`"));
+            if let Some(n) = nearest(k, KEYS) {
+                e = e.hint(format!("did you mean `{n}`?"));
+            }
+            return Err(e.hint(format!("selector keys: {}", KEYS.join(", "))));
+        }
+        let valid = known.get(k).cloned().unwrap_or_default();
+        if v.split(',').any(|s| s.trim().is_empty()) {
+            return Err(
+                Error::user(format!("selector `{a}`: `{k}=` names no value")).hint(format!(
+                    "values of `{k}`: {}",
+                    valid.iter().cloned().collect::<Vec<_>>().join(", ")
+                )),
+            );
+        }
+        for value in v.split(',') {
+            // Numbers may be written either way (0.3 / 0.30).
+            let canon = canonical_value(k, value, &valid);
+            if !valid.contains(&canon) {
+                let mut e = Error::user(format!(
+                    "selector `{k}={value}` matches nothing in this spec"
+                ));
+                if let Some(n) = nearest(value, valid.iter().map(|s| s.as_str())) {
+                    e = e.hint(format!("did you mean `{k}={n}`?"));
+                }
+                return Err(e.hint(format!(
+                    "values of `{k}`: {}",
+                    valid.iter().cloned().collect::<Vec<_>>().join(", ")
+                )));
+            }
+            sel.filters.entry(k.to_string()).or_default().insert(canon);
+        }
+    }
+    Ok(sel)
+}
+
+fn canonical_value(key: &str, value: &str, valid: &BTreeSet<String>) -> String {
+    if key == "corruption" {
+        if let Ok(x) = value.parse::<f64>() {
+            if let Some(v) = valid.iter().find(|v| v.parse::<f64>().ok() == Some(x)) {
+                return v.clone();
+            }
+        }
+    }
+    value.to_string()
+}
+
+fn ancestors(dag: &Dag, roots: &[usize]) -> BTreeSet<usize> {
+    let mut seen = BTreeSet::new();
+    let mut stack = roots.to_vec();
+    while let Some(i) = stack.pop() {
+        if seen.insert(i) {
+            stack.extend(dag.upstream(i));
+        }
+    }
+    seen
+}
+
+/// The nodes a selection asks to run (their ancestors come along).
+pub fn roots(sel: &Selection, built: &Built) -> Result<Vec<usize>> {
+    let targets: Vec<_> = built
+        .targets
+        .iter()
+        .filter(|t| {
+            sel.filters
+                .get("target")
+                .is_none_or(|set| set.contains(&t.name))
+        })
+        .collect();
+    let mut out: BTreeSet<usize> = BTreeSet::new();
+    if sel.filters.contains_key("stage") {
+        let allowed = ancestors(
+            &built.dag,
+            &targets.iter().map(|t| t.node).collect::<Vec<_>>(),
+        );
+        for i in allowed {
+            if sel.matches(&built.dag.node(i).labels) {
+                out.insert(i);
+            }
+        }
+    } else if !sel.has_cell_filters() {
+        out.extend(targets.iter().map(|t| t.node));
+    } else {
+        for t in &targets {
+            for c in &t.cells {
+                if sel.matches(&built.dag.node(c.leaf).labels) {
+                    out.insert(c.leaf);
+                }
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(Error::user("the selection matches no node of this spec")
+            .hint("`upcc status SPEC` lists the nodes; combine selectors that share a cell"));
+    }
+    Ok(out.into_iter().collect())
+}
