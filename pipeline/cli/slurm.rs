@@ -2,21 +2,21 @@
 //! `upcc job` for exactly that node against the shared store, with `afterok` dependencies on
 //! the jobs of its inputs.
 //!
-//! Jobs are tracked by node key in the store (`jobs/<key>.json`), under one submission lock
-//! (`jobs/submit.lock`), so a node already queued or running is never submitted twice — by a
-//! second driver, a rerun or another user. A job publishes through the engine like a local run
+//! Jobs are tracked by node recipe in the store's job book (`jobs/<recipe>.json`, written
+//! durably by `upcc_engine::jobs` under its lock `jobs/submit.lock`, which a driver holds while
+//! it decides what to submit), so a node already queued or running is never submitted twice —
+//! by a second driver, a rerun or another user. A job publishes through the engine like a local run
 //! (lease, atomic publish), so a job killed by Slurm leaves no partial result; its lease is a
 //! `flock` that the kernel (or the cluster filesystem's lock manager, after its lease period)
 //! releases only when the process is gone.
 
 use std::collections::{BTreeMap, HashMap};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use upcc_engine::{Dag, Digest, NodeStatus, PlanEntry, Store};
+use upcc_engine::{Dag, Digest, JobsLock, NodeStatus, PlanEntry, Store};
 
 use upcc_model::error::{Error, Result};
 pub use upcc_model::specs::executor::{ExecutorSection, JobResources, SlurmSettings};
@@ -132,64 +132,26 @@ pub struct JobRecord {
     pub log: String,
 }
 
-pub fn jobs_dir(store: &Store) -> PathBuf {
-    store.root().join("jobs")
-}
-
-fn record_path(store: &Store, recipe: &str) -> PathBuf {
-    jobs_dir(store).join(format!("{recipe}.json"))
-}
-
 /// Whether Slurm jobs were ever submitted against this store.
 pub fn has_jobs(store: &Store) -> bool {
-    jobs_dir(store).is_dir()
+    store.jobs().any()
 }
 
+/// The record of the job of the node of recipe `recipe`, if the store has a readable one.
 pub fn read_record(store: &Store, recipe: &str) -> Option<JobRecord> {
-    let bytes = fs_err::read(record_path(store, recipe)).ok()?;
+    let bytes = store.jobs().read(recipe).ok()??;
     serde_json::from_slice(&bytes).ok()
 }
 
-fn write_record(store: &Store, recipe: &str, r: &JobRecord) -> Result<()> {
-    let path = record_path(store, recipe);
-    let tmp = path.with_extension(format!("json.tmp{}", std::process::id()));
-    let io = |e: std::io::Error| Error::env(format!("cannot write `{}`: {e}", path.display()));
-    fs_err::write(
-        &tmp,
-        serde_json::to_vec_pretty(r).expect("record serialises"),
-    )
-    .map_err(io)?;
-    fs_err::rename(&tmp, &path).map_err(io)
+fn write_record(store: &Store, lock: &JobsLock, r: &JobRecord) -> Result<()> {
+    let bytes = serde_json::to_vec_pretty(r).expect("record serialises");
+    Ok(store.jobs().write(lock, &r.recipe, &bytes)?)
 }
 
-pub fn remove_record(store: &Store, recipe: &str) {
-    let _ = fs_err::remove_file(record_path(store, recipe));
-}
-
-/// The submission lock: one driver at a time decides what to submit.
-struct SubmitLock(#[allow(dead_code)] fs_err::File);
-
-fn submit_lock(store: &Store) -> Result<SubmitLock> {
-    let dir = jobs_dir(store);
-    fs_err::create_dir_all(dir.join("logs"))
-        .map_err(|e| Error::env(format!("cannot create `{}`: {e}", dir.display())))?;
-    let path = dir.join("submit.lock");
-    let f = fs_err::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|e| Error::env(format!("cannot open `{}`: {e}", path.display())))?;
-    // SAFETY: the fd is valid; flock has no memory-safety preconditions.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(Error::env(format!(
-            "cannot lock `{}`: {}",
-            path.display(),
-            std::io::Error::last_os_error()
-        )));
-    }
-    Ok(SubmitLock(f))
+/// Forget the job of recipe `recipe` (its node is computed, or the job was cancelled).
+pub fn remove_record(store: &Store, recipe: &str) -> Result<()> {
+    let lock = store.jobs().lock()?;
+    Ok(store.jobs().remove(&lock, recipe)?)
 }
 
 /// Pending reasons that mean a job can never start on its partition.
@@ -424,7 +386,7 @@ pub fn submit(
     inv: &Invocation,
     gpu: bool,
 ) -> Result<Submitted> {
-    let _lock = submit_lock(store)?;
+    let lock = store.jobs().lock()?;
     let entries = upcc_engine::plan(dag, store, spec)?;
     let todo: Vec<usize> = (0..dag.len())
         .filter(|&i| entries[i].status != NodeStatus::Fresh)
@@ -445,6 +407,9 @@ pub fn submit(
     let mut jobs = BTreeMap::new();
     let (mut new, mut attached) = (0, 0);
     let host = upcc_engine::fsutil::host_name();
+    // Absolute, so that the records point at the logs from any working directory.
+    let logs = fs_err::canonicalize(store.jobs().log_dir())
+        .map_err(|e| Error::env(format!("cannot find the jobs' log folder: {e}")))?;
     for &i in &todo {
         if let Some(r) = records.get(&i) {
             if states.get(&r.job_id).is_some_and(JobState::alive) {
@@ -457,11 +422,7 @@ pub fn submit(
         let deps: Vec<&String> = dag.upstream(i).iter().filter_map(|u| jobs.get(u)).collect();
         let trains = node.numerics != "exact";
         let res = settings.resources_for(&node.stage, trains, node.resources.memory_mb, gpu);
-        // Absolute, so that the record points at it from any working directory.
-        let log = inv
-            .store
-            .join("jobs/logs")
-            .join(format!("{}.%j.out", recipe[i]));
+        let log = logs.join(format!("{}.%j.out", recipe[i]));
         let mut cmd = Command::new("sbatch");
         cmd.arg("--parsable")
             .arg(format!("--job-name=upcc:{}", node.id))
@@ -510,7 +471,7 @@ pub fn submit(
         }
         write_record(
             store,
-            &recipe[i],
+            &lock,
             &JobRecord {
                 job_id: id.clone(),
                 node: node.id.clone(),
@@ -627,7 +588,7 @@ pub fn attach(
 
 /// Cancel the live jobs of these nodes; returns how many were cancelled.
 pub fn cancel(dag: &Dag, entries: &[PlanEntry], store: &Store) -> Result<(usize, usize)> {
-    let _lock = submit_lock(store)?;
+    let lock = store.jobs().lock()?;
     let recipe = recipes(dag);
     let mut records = Vec::new();
     for (i, e) in entries.iter().enumerate() {
@@ -658,7 +619,7 @@ pub fn cancel(dag: &Dag, entries: &[PlanEntry], store: &Store) -> Result<(usize,
         }
     }
     for (k, _) in &records {
-        remove_record(store, k);
+        store.jobs().remove(&lock, k)?;
     }
     Ok((live.len(), records.len()))
 }
@@ -666,14 +627,11 @@ pub fn cancel(dag: &Dag, entries: &[PlanEntry], store: &Store) -> Result<(usize,
 /// The store's job records whose jobs may still run (queued or running; every record when
 /// the queue cannot be asked): what `gc` must not take inputs from.
 pub fn live_records(store: &Store) -> Result<Vec<JobRecord>> {
-    let Ok(dir) = fs_err::read_dir(jobs_dir(store)) else {
-        return Ok(vec![]);
-    };
-    let records: Vec<JobRecord> = dir
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
-        .filter_map(|e| fs_err::read(e.path()).ok())
-        .filter_map(|b| serde_json::from_slice(&b).ok())
+    let records: Vec<JobRecord> = store
+        .jobs()
+        .list()
+        .into_iter()
+        .filter_map(|(_, b)| serde_json::from_slice(&b).ok())
         .collect();
     if records.is_empty() {
         return Ok(records);

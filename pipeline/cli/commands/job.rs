@@ -113,7 +113,10 @@ pub fn job(args: &JobArgs, env: &Env) -> Result<i32> {
         _ => eprintln!("upcc job: {node_id} was already computed"),
     }
     if n.outcome != Outcome::Failed {
-        crate::slurm::remove_record(&store, &recipe);
+        // The result is published; a record left behind only reads as a finished job.
+        if let Err(e) = crate::slurm::remove_record(&store, &recipe) {
+            eprintln!("upcc job: warning: cannot remove the job's record: {e}");
+        }
     }
     Ok(report
         .failure_tier()

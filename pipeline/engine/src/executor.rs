@@ -214,13 +214,14 @@ enum Event {
 }
 
 /// The scheduling state of a run: each node's state, resolved outputs and report, the keys
-/// this process started, and whether the run stopped after a failure. Every way a node
-/// finishes goes through its methods, so the sequence (outputs, ref, report, state, event) is
-/// written once.
+/// this process started, what the running nodes hold, and whether the run stopped after a
+/// failure. Every way a node finishes goes through its methods, so the sequence (outputs, ref,
+/// report, state, event) is written once.
 struct Sched<'a> {
     dag: &'a Dag,
     store: &'a Store,
     cfg: &'a RunConfig,
+    observer: &'a mut dyn Observer,
     state: Vec<State>,
     resolved: Vec<Option<BTreeMap<String, OutputRecord>>>,
     reports: Vec<Option<NodeReport>>,
@@ -230,21 +231,59 @@ struct Sched<'a> {
     /// Nodes the remote cache was asked for (and could not answer).
     remote_tried: Vec<bool>,
     stopped: bool,
+    slots: Slots,
+    sources: SourceCache,
+    /// The bytes of each node's source inputs, read when its key was computed.
+    source_bytes: HashMap<(usize, String), Arc<Vec<u8>>>,
+    /// How often each node found a corrupt input (it reruns its producer twice at most).
+    corrupt_retries: Vec<u32>,
+    /// What each running node holds (a download holds less than a computation), and the key
+    /// of each node being downloaded (to compute it if the remote cannot answer).
+    running_res: Vec<Option<crate::task::Resources>>,
+    fetching: Vec<Option<(KeyMaterial, Digest<NodeKeyTag>)>>,
+    /// Where workers send their results and their progress.
+    done_tx: Sender<Event>,
+    progress_tx: Sender<ProgressEvent>,
+}
+
+/// Whether starting a node progressed the run without starting it (another process had
+/// finished it, or it failed before it could start), so that its dependents can resolve.
+#[derive(PartialEq)]
+enum Started {
+    Yes,
+    No,
+    SettledHere,
 }
 
 impl<'a> Sched<'a> {
-    fn new(dag: &'a Dag, store: &'a Store, cfg: &'a RunConfig) -> Self {
+    fn new(
+        dag: &'a Dag,
+        store: &'a Store,
+        cfg: &'a RunConfig,
+        observer: &'a mut dyn Observer,
+        done_tx: Sender<Event>,
+        progress_tx: Sender<ProgressEvent>,
+    ) -> Self {
         let n = dag.len();
         Sched {
             dag,
             store,
             cfg,
+            observer,
             state: (0..n).map(|_| State::Pending).collect(),
             resolved: vec![None; n],
             reports: vec![None; n],
             own_keys: Default::default(),
             remote_tried: vec![false; n],
             stopped: false,
+            slots: Slots::new(cfg, n),
+            sources: SourceCache::new(true),
+            source_bytes: HashMap::new(),
+            corrupt_retries: vec![0; n],
+            running_res: vec![None; n],
+            fetching: vec![None; n],
+            done_tx,
+            progress_tx,
         }
     }
 
@@ -264,19 +303,13 @@ impl<'a> Sched<'a> {
     }
 
     /// Node `i` is finished (its report already says how): tell the observer.
-    fn finished(
-        &mut self,
-        observer: &mut dyn Observer,
-        i: usize,
-        seconds: Option<f64>,
-        error: Option<&str>,
-    ) {
+    fn finished(&mut self, i: usize, seconds: Option<f64>, error: Option<&str>) {
         self.state[i] = State::Finished;
         let outcome = self.reports[i]
             .as_ref()
             .expect("a finished node has a report")
             .outcome;
-        observer.event(RunEvent::Finished {
+        self.observer.event(RunEvent::Finished {
             node: i,
             id: &self.dag.node(i).id,
             outcome,
@@ -289,7 +322,6 @@ impl<'a> Sched<'a> {
     /// (`found_waiting`: after waiting, computed by another process unless by this one).
     fn found(
         &mut self,
-        observer: &mut dyn Observer,
         i: usize,
         material: &KeyMaterial,
         key: Digest<NodeKeyTag>,
@@ -310,19 +342,12 @@ impl<'a> Sched<'a> {
             Outcome::Cached
         };
         self.reports[i] = Some(self.report(i, Some(key), outcome));
-        self.finished(observer, i, None, None);
+        self.finished(i, None, None);
         Ok(())
     }
 
     /// Node `i` failed (`tier`, `error`); the run stops unless told to keep going.
-    fn failed(
-        &mut self,
-        observer: &mut dyn Observer,
-        i: usize,
-        tier: Tier,
-        error: String,
-        seconds: Option<f64>,
-    ) {
+    fn failed(&mut self, i: usize, tier: Tier, error: String, seconds: Option<f64>) {
         let mut r = self.reports[i]
             .take()
             .unwrap_or_else(|| self.report(i, None, Outcome::Failed));
@@ -331,10 +356,318 @@ impl<'a> Sched<'a> {
         r.error_tier = Some(tier);
         r.error = Some(error.clone());
         self.reports[i] = Some(r);
-        self.finished(observer, i, seconds, Some(&error));
+        self.finished(i, seconds, Some(&error));
         if !self.cfg.keep_going {
             self.stopped = true;
         }
+    }
+
+    /// Resolve the pending nodes whose inputs are all known (in topological order, so one
+    /// pass): skipped after a failed upstream, cached when fresh in the store, else ready.
+    fn resolve_pending(&mut self) -> Result<(), EngineError> {
+        for i in 0..self.dag.len() {
+            if !matches!(self.state[i], State::Pending) {
+                continue;
+            }
+            if self.dag.upstream(i).iter().any(|&u| {
+                matches!(
+                    self.reports[u].as_ref().map(|r| r.outcome),
+                    Some(Outcome::Failed | Outcome::Skipped)
+                )
+            }) {
+                let mut r = self.report(i, None, Outcome::Skipped);
+                r.error = Some("an upstream node failed".into());
+                self.reports[i] = Some(r);
+                self.finished(i, None, None);
+                continue;
+            }
+            let Some(material) = material_for(self.dag, i, &self.resolved, &mut self.sources)?
+            else {
+                continue;
+            };
+            for (name, input) in &self.dag.node(i).inputs {
+                if let InputDef::Source(src) = input {
+                    let bytes = self.sources.get(src)?.1;
+                    self.source_bytes.insert((i, name.clone()), bytes);
+                }
+            }
+            let key = material.digest()?;
+            if !self.cfg.force.contains(&i) {
+                if let Some(m) = self.store.fresh_manifest(&key)? {
+                    self.found(i, &material, key, m.outputs, false)?;
+                    continue;
+                }
+            }
+            self.state[i] = State::Ready { material, key };
+        }
+        Ok(())
+    }
+
+    /// Start every ready node that fits, and look again at the nodes waiting for another
+    /// process when `poll_due`. Whether a node settled without starting.
+    fn start_ready(&mut self, poll_due: bool) -> Result<bool, EngineError> {
+        let mut progressed = false;
+        if self.stopped {
+            return Ok(false);
+        }
+        for i in 0..self.dag.len() {
+            let waiting = matches!(self.state[i], State::Waiting { .. });
+            if matches!(self.state[i], State::Ready { .. }) || (waiting && poll_due) {
+                progressed |= self.start(i, waiting)? == Started::SettledHere;
+            }
+        }
+        Ok(progressed)
+    }
+
+    /// Start ready (or `waiting`) node `i` if it fits and its lease is free: download it from
+    /// the remote cache, or compute it, on a worker thread.
+    fn start(&mut self, i: usize, waiting: bool) -> Result<Started, EngineError> {
+        let (dag, cfg) = (self.dag, self.cfg);
+        let (material, key) = match &self.state[i] {
+            State::Ready { material, key } | State::Waiting { material, key } => {
+                (material.clone(), *key)
+            }
+            _ => unreachable!("only ready and waiting nodes start"),
+        };
+        let forced = cfg.force.contains(&i);
+        if waiting && !forced {
+            if let Some(m) = self.store.fresh_manifest(&key)? {
+                self.found(i, &material, key, m.outputs, true)?;
+                return Ok(Started::SettledHere);
+            }
+        }
+        // A node the remote cache may hold is first only downloaded: one thread, no memory or
+        // GPU slot; computed (with its resources) when the remote cannot answer.
+        let fetch = cfg
+            .remote
+            .as_ref()
+            .is_some_and(|r| r.unreachable().is_none())
+            && !self.remote_tried[i]
+            && !forced;
+        let res = if fetch {
+            crate::task::Resources {
+                threads: 1,
+                memory_mb: 0,
+                gpu_memory_mb: 0,
+            }
+        } else {
+            dag.node(i).resources
+        };
+        let threads = res.threads.clamp(1, cfg.threads.max(1));
+        if !self.slots.fits(&res, threads) {
+            return Ok(Started::No);
+        }
+        // When every GPU is lost, a node that needs one fails.
+        let needs_gpu = res.gpu_memory_mb > 0 && !cfg.gpus.is_empty();
+        if let Some(why) = self.slots.all_gpus_lost().filter(|_| needs_gpu) {
+            let msg = format!(
+                "not started: every GPU of this run failed earlier and cannot be used again by this process ({why}); run upcc again to retry on a fresh GPU context"
+            );
+            self.reports[i] = Some(self.report(i, Some(key), Outcome::Failed));
+            self.failed(i, Tier::Environment, msg, None);
+            return Ok(Started::SettledHere);
+        }
+        let gpu = match needs_gpu.then(|| self.slots.pick_gpu(res.gpu_memory_mb)) {
+            Some(None) => return Ok(Started::No),
+            Some(g) => g,
+            None => None,
+        };
+        let lock_path = self.store.ensure_lock_parent(&key)?;
+        let holder = LeaseHolder {
+            host: host_name(),
+            pid: std::process::id(),
+            run_id: cfg.provenance.run_id.clone(),
+            since: rfc3339(SystemTime::now()),
+            heartbeat: None,
+            heartbeat_every_s: None,
+        };
+        let lease = match try_acquire(&lock_path, &holder)? {
+            LeaseAttempt::Acquired(l) => l,
+            LeaseAttempt::Busy(who) => {
+                if !waiting && !self.own_keys.contains(&key) {
+                    self.observer.event(RunEvent::Waiting {
+                        id: &dag.node(i).id,
+                        holder: who.as_ref(),
+                    });
+                }
+                self.state[i] = State::Waiting { material, key };
+                return Ok(Started::No);
+            }
+        };
+        // Someone may have finished it between our check and the lease.
+        if !forced {
+            if let Some(m) = self.store.fresh_manifest(&key)? {
+                drop(lease);
+                self.found(i, &material, key, m.outputs, true)?;
+                return Ok(Started::SettledHere);
+            }
+        }
+        self.slots.take(i, &res, threads, gpu);
+        self.own_keys.insert(key);
+        self.state[i] = State::Running;
+        self.running_res[i] = Some(res);
+        if fetch {
+            self.fetching[i] = Some((material.clone(), key));
+            self.reports[i] = Some(self.report(i, Some(key), Outcome::Downloaded));
+        } else {
+            self.reports[i] = Some(self.report(i, Some(key), Outcome::Executed));
+            self.observer.event(RunEvent::Started {
+                node: i,
+                id: &dag.node(i).id,
+            });
+        }
+        let node = dag.node(i);
+        let job = Job {
+            fetch_only: fetch,
+            index: i,
+            dag_node: node.clone(),
+            material,
+            key,
+            sources: node
+                .inputs
+                .iter()
+                .filter_map(|(name, _)| {
+                    self.source_bytes
+                        .get(&(i, name.clone()))
+                        .map(|b| (name.clone(), b.clone()))
+                })
+                .collect(),
+            threads,
+            gpu,
+            store: self.store.clone(),
+            cfg: cfg.clone(),
+        };
+        let (tx, ptx) = (self.done_tx.clone(), self.progress_tx.clone());
+        std::thread::Builder::new()
+            .name(format!("upcc-node-{i}"))
+            .spawn(move || {
+                let node = job.index;
+                let result = job.execute(lease, ptx);
+                let _ = tx.send(Event::Finished { node, result });
+            })
+            .map_err(|e| EngineError::Internal(format!("cannot spawn a worker thread: {e}")))?;
+        Ok(Started::Yes)
+    }
+
+    /// Whether the run is over: nothing running, and nothing left that could start.
+    fn over(&self) -> bool {
+        let left = self
+            .state
+            .iter()
+            .any(|s| matches!(s, State::Waiting { .. } | State::Ready { .. }));
+        self.slots.running == 0 && (self.stopped || !left)
+    }
+
+    /// Tell the observer what the running nodes reported of their progress.
+    fn forward_progress(&mut self, progress: &Receiver<ProgressEvent>) {
+        while let Ok(ev) = progress.try_recv() {
+            self.observer.event(RunEvent::Progress {
+                node: ev.node,
+                id: &self.dag.node(ev.node).id,
+                done: ev.done,
+                total: ev.total,
+                message: &ev.message,
+            });
+        }
+    }
+
+    /// Node `i`'s worker finished with `result`: give back what it held and settle it.
+    fn on_finished(&mut self, i: usize, result: WorkerResult) -> Result<(), EngineError> {
+        let res = self.running_res[i]
+            .take()
+            .expect("a running node holds resources");
+        let slot = self.slots.release(i, &res, self.cfg);
+        match result {
+            WorkerResult::Fetched { outputs, seconds }
+            | WorkerResult::Done { outputs, seconds } => {
+                let r = self.reports[i].as_mut().expect("running node has a report");
+                r.duration_s = Some(seconds);
+                self.resolved[i] = Some(outputs);
+                self.finished(i, Some(seconds), None);
+            }
+            WorkerResult::NotOnRemote => {
+                // Compute it: back to ready, with the remote out of the question.
+                self.remote_tried[i] = true;
+                self.reports[i] = None;
+                let (material, key) = self.fetching[i].take().expect("kept when started");
+                self.state[i] = State::Ready { material, key };
+            }
+            WorkerResult::TaskFailed { error, seconds } => {
+                if let (TaskError::DeviceLost(why), Some(g)) = (&error, slot) {
+                    self.slots.gpu_lost[g].get_or_insert_with(|| why.clone());
+                }
+                let tier = if error.is_user_error() {
+                    Tier::User
+                } else {
+                    Tier::Environment
+                };
+                self.failed(i, tier, error.to_string(), Some(seconds));
+                if let Some(r) = self.reports[i].as_mut() {
+                    r.error_detail = error.detail().cloned();
+                }
+            }
+            WorkerResult::CorruptInput {
+                input,
+                digest,
+                message,
+            } => self.on_corrupt_input(i, &input, digest, &message)?,
+            WorkerResult::Engine(e) => self.failed(i, e.tier(), e.to_string(), None),
+        }
+        Ok(())
+    }
+
+    /// Node `i` found its input `input` corrupt (object `digest`): never serve it. Quarantine
+    /// it, forget the producer's result and rerun both (twice at most), else fail.
+    fn on_corrupt_input(
+        &mut self,
+        i: usize,
+        input: &str,
+        digest: Digest<Artifact>,
+        message: &str,
+    ) -> Result<(), EngineError> {
+        let dag = self.dag;
+        self.store.quarantine_object(&digest)?;
+        let up = dag.upstream(i).into_iter().find(|&u| {
+            dag.node(i).inputs.iter().any(|(n, inp)| {
+                n == input && matches!(inp, InputDef::Node { node, .. } if node.0 == u)
+            })
+        });
+        self.corrupt_retries[i] += 1;
+        self.observer.event(RunEvent::Corrupt { digest, message });
+        match up {
+            Some(u) if self.corrupt_retries[i] <= 2 => {
+                if let Some(k) = self.reports[u].as_ref().and_then(|r| r.key) {
+                    self.store.quarantine_manifest(&k)?;
+                }
+                self.resolved[u] = None;
+                self.reports[u] = None;
+                self.state[u] = State::Pending;
+                self.reports[i] = None;
+                self.state[i] = State::Pending;
+                self.observer.event(RunEvent::Reopened { node: i });
+            }
+            _ => self.failed(
+                i,
+                Tier::Environment,
+                format!("input `{input}` is corrupt in the store: {message}"),
+                None,
+            ),
+        }
+        Ok(())
+    }
+
+    /// The run's report: every node's, those never started skipped.
+    fn into_report(mut self) -> RunReport {
+        let nodes = (0..self.dag.len())
+            .map(|i| {
+                self.reports[i].take().unwrap_or_else(|| {
+                    let mut r = self.report(i, None, Outcome::Skipped);
+                    r.error = Some("not started: the run stopped after a failure (use --keep-going to run independent nodes)".into());
+                    r
+                })
+            })
+            .collect();
+        RunReport { nodes }
     }
 }
 
@@ -428,325 +761,29 @@ pub fn run(
     cfg: &RunConfig,
     observer: &mut dyn Observer,
 ) -> Result<RunReport, EngineError> {
-    let n = dag.len();
-    let mut sc = Sched::new(dag, store, cfg);
-    let mut slots = Slots::new(cfg, n);
-    let mut sources = SourceCache::new(true);
-    let mut source_bytes: HashMap<(usize, String), Arc<Vec<u8>>> = HashMap::new();
-    let mut corrupt_retries = vec![0u32; n];
-    // What each running node holds (a download holds less than a computation), and the key of
-    // each node being downloaded (to compute it if the remote cannot answer).
-    let mut running_res: Vec<Option<crate::task::Resources>> = vec![None; n];
-    let mut fetching: Vec<Option<(KeyMaterial, Digest<NodeKeyTag>)>> = vec![None; n];
     let (tx, rx): (Sender<Event>, Receiver<Event>) = channel();
     let (ptx, prx) = channel::<ProgressEvent>();
+    let mut sc = Sched::new(dag, store, cfg, observer, tx, ptx);
     let mut last_poll = Instant::now() - cfg.poll_interval;
-
     loop {
-        // 1. Resolve pending nodes whose inputs are all known (topological order: one pass).
-        for i in 0..n {
-            if !matches!(sc.state[i], State::Pending) {
-                continue;
-            }
-            let ups = dag.upstream(i);
-            if ups.iter().any(|&u| {
-                matches!(
-                    sc.reports[u].as_ref().map(|r| r.outcome),
-                    Some(Outcome::Failed | Outcome::Skipped)
-                )
-            }) {
-                let mut r = sc.report(i, None, Outcome::Skipped);
-                r.error = Some("an upstream node failed".into());
-                sc.reports[i] = Some(r);
-                sc.finished(observer, i, None, None);
-                continue;
-            }
-            let Some(material) = material_for(dag, i, &sc.resolved, &mut sources)? else {
-                continue;
-            };
-            for (name, input) in &dag.node(i).inputs {
-                if let InputDef::Source(src) = input {
-                    source_bytes.insert((i, name.clone()), sources.get(src)?.1);
-                }
-            }
-            let key = material.digest()?;
-            if !cfg.force.contains(&i) {
-                if let Some(m) = store.fresh_manifest(&key)? {
-                    sc.found(observer, i, &material, key, m.outputs, false)?;
-                    continue;
-                }
-            }
-            sc.state[i] = State::Ready { material, key };
-        }
-
-        // 2. Start what fits, take over nodes other processes were computing.
+        sc.resolve_pending()?;
         let poll_due = last_poll.elapsed() >= cfg.poll_interval;
         if poll_due {
             last_poll = Instant::now();
         }
-        let mut progressed = false;
-        if !sc.stopped {
-            for i in 0..n {
-                let waiting = matches!(sc.state[i], State::Waiting { .. });
-                if !(matches!(sc.state[i], State::Ready { .. }) || (waiting && poll_due)) {
-                    continue;
-                }
-                let (material, key) = match &sc.state[i] {
-                    State::Ready { material, key } | State::Waiting { material, key } => {
-                        (material.clone(), *key)
-                    }
-                    _ => unreachable!("checked above"),
-                };
-                if waiting && !cfg.force.contains(&i) {
-                    if let Some(m) = store.fresh_manifest(&key)? {
-                        sc.found(observer, i, &material, key, m.outputs, true)?;
-                        progressed = true;
-                        continue;
-                    }
-                }
-                // A node the remote cache may hold is first only downloaded: one thread, no
-                // memory or GPU slot; computed (with its resources) when the remote cannot
-                // answer.
-                let fetch = cfg
-                    .remote
-                    .as_ref()
-                    .is_some_and(|r| r.unreachable().is_none())
-                    && !sc.remote_tried[i]
-                    && !cfg.force.contains(&i);
-                let res = if fetch {
-                    crate::task::Resources {
-                        threads: 1,
-                        memory_mb: 0,
-                        gpu_memory_mb: 0,
-                    }
-                } else {
-                    dag.node(i).resources
-                };
-                let threads = res.threads.clamp(1, cfg.threads.max(1));
-                if !slots.fits(&res, threads) {
-                    continue;
-                }
-                // When every GPU is lost, a node that needs one fails.
-                let needs_gpu = res.gpu_memory_mb > 0 && !cfg.gpus.is_empty();
-                if let Some(why) = slots.all_gpus_lost().filter(|_| needs_gpu) {
-                    let msg = format!(
-                        "not started: every GPU of this run failed earlier and cannot be used again by this process ({why}); run upcc again to retry on a fresh GPU context"
-                    );
-                    sc.reports[i] = Some(sc.report(i, Some(key), Outcome::Failed));
-                    sc.failed(observer, i, Tier::Environment, msg, None);
-                    progressed = true;
-                    continue;
-                }
-                let gpu = if needs_gpu {
-                    match slots.pick_gpu(res.gpu_memory_mb) {
-                        Some(g) => Some(g),
-                        None => continue,
-                    }
-                } else {
-                    None
-                };
-                let lock_path = store.ensure_lock_parent(&key)?;
-                let holder = LeaseHolder {
-                    host: host_name(),
-                    pid: std::process::id(),
-                    run_id: cfg.provenance.run_id.clone(),
-                    since: rfc3339(SystemTime::now()),
-                    heartbeat: None,
-                    heartbeat_every_s: None,
-                };
-                let lease = match try_acquire(&lock_path, &holder)? {
-                    LeaseAttempt::Acquired(l) => l,
-                    LeaseAttempt::Busy(who) => {
-                        if !waiting && !sc.own_keys.contains(&key) {
-                            observer.event(RunEvent::Waiting {
-                                id: &dag.node(i).id,
-                                holder: who.as_ref(),
-                            });
-                        }
-                        sc.state[i] = State::Waiting { material, key };
-                        continue;
-                    }
-                };
-                // Someone may have finished it between our check and the lease.
-                if !cfg.force.contains(&i) {
-                    if let Some(m) = store.fresh_manifest(&key)? {
-                        drop(lease);
-                        sc.found(observer, i, &material, key, m.outputs, true)?;
-                        progressed = true;
-                        continue;
-                    }
-                }
-                slots.take(i, &res, threads, gpu);
-                sc.own_keys.insert(key);
-                sc.state[i] = State::Running;
-                running_res[i] = Some(res);
-                if fetch {
-                    fetching[i] = Some((material.clone(), key));
-                    sc.reports[i] = Some(sc.report(i, Some(key), Outcome::Downloaded));
-                } else {
-                    sc.reports[i] = Some(sc.report(i, Some(key), Outcome::Executed));
-                    observer.event(RunEvent::Started {
-                        node: i,
-                        id: &dag.node(i).id,
-                    });
-                }
-                let job = Job {
-                    fetch_only: fetch,
-                    index: i,
-                    dag_node: dag.node(i).clone(),
-                    material,
-                    key,
-                    sources: dag
-                        .node(i)
-                        .inputs
-                        .iter()
-                        .filter_map(|(name, _)| {
-                            source_bytes
-                                .get(&(i, name.clone()))
-                                .map(|b| (name.clone(), b.clone()))
-                        })
-                        .collect(),
-                    threads,
-                    gpu,
-                    store: store.clone(),
-                    cfg: cfg.clone(),
-                };
-                let tx = tx.clone();
-                let ptx = ptx.clone();
-                std::thread::Builder::new()
-                    .name(format!("upcc-node-{i}"))
-                    .spawn(move || {
-                        let node = job.index;
-                        let result = job.execute(lease, ptx);
-                        let _ = tx.send(Event::Finished { node, result });
-                    })
-                    .map_err(|e| {
-                        EngineError::Internal(format!("cannot spawn a worker thread: {e}"))
-                    })?;
-            }
-        }
-
-        if progressed {
+        if sc.start_ready(poll_due)? {
             // Nodes finished without running (computed elsewhere): resolve their dependents.
             continue;
         }
-        let waiting_any = sc.state.iter().any(|s| matches!(s, State::Waiting { .. }));
-        let ready_any = sc.state.iter().any(|s| matches!(s, State::Ready { .. }));
-        if slots.running == 0 && (sc.stopped || (!waiting_any && !ready_any)) {
+        if sc.over() {
             break;
         }
-
-        // 3. Wait for something to happen.
-        while let Ok(ev) = prx.try_recv() {
-            observer.event(RunEvent::Progress {
-                node: ev.node,
-                id: &dag.node(ev.node).id,
-                done: ev.done,
-                total: ev.total,
-                message: &ev.message,
-            });
-        }
-        let event = match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(e) => e,
-            Err(_) => continue,
-        };
-        match event {
-            Event::Finished { node: i, result } => {
-                let res = running_res[i]
-                    .take()
-                    .expect("a running node holds resources");
-                let slot = slots.release(i, &res, cfg);
-                match result {
-                    WorkerResult::Fetched { outputs, seconds } => {
-                        let r = sc.reports[i].as_mut().expect("running node has a report");
-                        r.duration_s = Some(seconds);
-                        sc.resolved[i] = Some(outputs);
-                        sc.finished(observer, i, Some(seconds), None);
-                    }
-                    WorkerResult::NotOnRemote => {
-                        // Compute it: back to ready, with the remote out of the question.
-                        sc.remote_tried[i] = true;
-                        sc.reports[i] = None;
-                        let (material, key) = fetching[i].take().expect("kept when started");
-                        sc.state[i] = State::Ready { material, key };
-                    }
-                    WorkerResult::Done { outputs, seconds } => {
-                        let r = sc.reports[i].as_mut().expect("running node has a report");
-                        r.duration_s = Some(seconds);
-                        sc.resolved[i] = Some(outputs);
-                        sc.finished(observer, i, Some(seconds), None);
-                    }
-                    WorkerResult::TaskFailed { error, seconds } => {
-                        if let (TaskError::DeviceLost(why), Some(g)) = (&error, slot) {
-                            slots.gpu_lost[g].get_or_insert_with(|| why.clone());
-                        }
-                        let tier = if error.is_user_error() {
-                            Tier::User
-                        } else {
-                            Tier::Environment
-                        };
-                        sc.failed(observer, i, tier, error.to_string(), Some(seconds));
-                        if let Some(r) = sc.reports[i].as_mut() {
-                            r.error_detail = error.detail().cloned();
-                        }
-                    }
-                    WorkerResult::CorruptInput {
-                        input,
-                        digest,
-                        message,
-                    } => {
-                        // Never serve it: quarantine, forget the producer's result, rerun both.
-                        store.quarantine_object(&digest)?;
-                        let up = dag.upstream(i).into_iter().find(|&u| {
-                            dag.node(i).inputs.iter().any(|(n, inp)| {
-                                n == &input
-                                    && matches!(inp, InputDef::Node { node, .. } if node.0 == u)
-                            })
-                        });
-                        corrupt_retries[i] += 1;
-                        observer.event(RunEvent::Corrupt {
-                            digest,
-                            message: &message,
-                        });
-                        match up {
-                            Some(u) if corrupt_retries[i] <= 2 => {
-                                if let Some(k) = sc.reports[u].as_ref().and_then(|r| r.key) {
-                                    store.quarantine_manifest(&k)?;
-                                }
-                                sc.resolved[u] = None;
-                                sc.reports[u] = None;
-                                sc.state[u] = State::Pending;
-                                sc.reports[i] = None;
-                                sc.state[i] = State::Pending;
-                                observer.event(RunEvent::Reopened { node: i });
-                            }
-                            _ => sc.failed(
-                                observer,
-                                i,
-                                Tier::Environment,
-                                format!("input `{input}` is corrupt in the store: {message}"),
-                                None,
-                            ),
-                        }
-                    }
-                    WorkerResult::Engine(e) => {
-                        sc.failed(observer, i, e.tier(), e.to_string(), None);
-                    }
-                }
-            }
+        sc.forward_progress(&prx);
+        if let Ok(Event::Finished { node, result }) = rx.recv_timeout(Duration::from_millis(100)) {
+            sc.on_finished(node, result)?;
         }
     }
-
-    let nodes = (0..n)
-        .map(|i| {
-            sc.reports[i].take().unwrap_or_else(|| {
-                let mut r = sc.report(i, None, Outcome::Skipped);
-                r.error = Some("not started: the run stopped after a failure (use --keep-going to run independent nodes)".into());
-                r
-            })
-        })
-        .collect();
-    Ok(RunReport { nodes })
+    Ok(sc.into_report())
 }
 
 fn update_ref(

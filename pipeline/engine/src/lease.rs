@@ -195,6 +195,21 @@ fn open_lock(path: &Path) -> Result<File, LeaseError> {
         })
 }
 
+/// `flock` the file at `path` (created if absent), waiting while another process holds it:
+/// a lock held for a short section, not a lease (no holder record, no heartbeat). The lock
+/// goes with the returned file.
+pub(crate) fn lock_waiting(path: &Path) -> Result<File, LeaseError> {
+    let file = open_lock(path)?;
+    // SAFETY: the fd is valid; flock has no memory-safety preconditions.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(LeaseError::Unsupported {
+            path: path.to_path_buf(),
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    Ok(file)
+}
+
 /// `flock` the file at `path` (created if absent) without blocking.
 fn lock_file(
     path: &Path,

@@ -10,6 +10,7 @@ pub mod digest;
 pub mod error;
 pub mod executor;
 pub mod fsutil;
+pub mod jobs;
 pub mod key;
 pub mod lease;
 pub mod plan;
@@ -23,6 +24,7 @@ pub use error::{EngineError, Tier};
 pub use executor::{
     run, NodeReport, Observer, Outcome, ProvenanceBase, Quiet, RunConfig, RunEvent, RunReport,
 };
+pub use jobs::{JobBook, JobsLock};
 pub use key::{KeyChange, KeyMaterial, KEY_SCHEMA_VERSION};
 pub use lease::{LeaseHolder, LeaseTiming};
 pub use plan::{plan, plan_with, NodeStatus, PlanEntry};

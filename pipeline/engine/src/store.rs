@@ -466,6 +466,24 @@ impl Store {
             .join(format!("{}{ext}", &hex[2..]))
     }
 
+    /// The mode of the files it writes (group-writable in a shared store).
+    pub(crate) fn mode(&self) -> u32 {
+        self.file_mode()
+    }
+
+    /// Create folder `dir` of the store and any missing folder above it (each group-writable
+    /// and group-inheriting in a shared store).
+    pub(crate) fn ensure_dir(&self, dir: &Path) -> Result<(), StoreError> {
+        if dir.is_dir() {
+            return Ok(());
+        }
+        if let Some(parent) = dir.parent().filter(|p| p.starts_with(&self.root)) {
+            self.ensure_dir(parent)?;
+        }
+        // `ensure_parent` makes the parent of the path it is given: of a file in `dir`.
+        self.ensure_parent(&dir.join("file"))
+    }
+
     fn ensure_parent(&self, path: &Path) -> Result<(), StoreError> {
         if let Some(parent) = path.parent() {
             if !parent.exists() {
@@ -752,19 +770,6 @@ impl Store {
         out.retain(|p| p.extension().is_some_and(|e| e == "json"));
         out.sort();
         Ok(out)
-    }
-
-    /// Find manifests whose key starts with `prefix` (hex).
-    pub fn find_manifests_by_prefix(
-        &self,
-        prefix: &str,
-    ) -> Result<Vec<Digest<NodeKeyTag>>, StoreError> {
-        let prefix = prefix.to_ascii_lowercase();
-        Ok(self
-            .list_manifests()?
-            .into_iter()
-            .filter(|k| k.to_hex().starts_with(&prefix))
-            .collect())
     }
 
     /// Re-hash every object; quarantine corrupt ones and the manifests that point at missing
