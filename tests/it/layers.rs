@@ -31,7 +31,7 @@ const MODEL: &[(&str, &[&str])] = &[
     ("wiring", &["error", "device", "specs"]),
     ("stage", &["error", "device", "specs", "wiring"]),
     ("method", &["error", "device", "specs", "stage", "wiring"]),
-    ("targets", &["error", "method", "specs", "wiring"]),
+    ("targets", &["error", "method", "specs", "stage", "wiring"]),
     (
         "graph",
         &[

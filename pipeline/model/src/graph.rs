@@ -1,7 +1,7 @@
-//! From a spec to the DAG: every target cell × trial is wired by its method (see `method/`),
-//! on the shared stages (see `stage/`), then metrics; every target gets a table or figure
-//! node over its cells. Nodes shared between cells (features, experts, constraints,
-//! pretraining) are added once.
+//! From a spec to the DAG: each target's kind enumerates its cells (see `targets/cells.rs`),
+//! each cell × trial wired by its method (see `method/`) on the shared stages (see `stage/`);
+//! every target gets a table or figure node over its cells. Nodes shared between cells
+//! (features, experts, constraints, pretraining) are added once.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,10 +11,11 @@ use upcc_report::TableLayout;
 
 use crate::device::Compute;
 use crate::error::Result;
-use crate::specs::{oracle_run_name, OraclePanels, Spec};
-use crate::stage;
-use crate::targets::{CellTrial, Cells, NodeCx, PublishedAs, TableInput, TargetNodes};
-use crate::wiring::{fmt_f, input, Cell, Setup, Wiring};
+use crate::specs::axis::Axis;
+use crate::specs::schema::TargetSpec;
+use crate::specs::Spec;
+use crate::targets::{axes_of, published, CellsCx, NodeCx, TableInput, TargetKind, TargetNodes};
+use crate::wiring::{input, Setup, Wiring};
 
 pub struct Built {
     pub dag: Dag,
@@ -60,376 +61,140 @@ fn build_with(
     };
     let mut w = Wiring::new(setup, threads, compute, numerics);
     w.data_mirror = host.data_mirror.clone();
-    let params = &spec.params;
-    let mut targets = Vec::new();
-    for (tname, target) in &spec.file.targets {
-        let g = &target.grid;
-        let corruptions = g
-            .corruption
-            .clone()
-            .unwrap_or_else(|| vec![params.constraints.corruption]);
-        let budgets = g
-            .budget
-            .clone()
-            .unwrap_or_else(|| vec![params.constraints.budget]);
-        let kind = spec.kind(tname);
-        let selection = kind.cells() == Cells::Selections;
-        let diagnostics = kind.cells() == (Cells::Runs { diagnostics: true });
-        let oracle_panels = target.oracle_panels.unwrap_or_default();
-        // Experts shared by the trials are one result per setting.
-        let expert_trials: Vec<u64> = if params.expert_sharing.per_trial {
-            spec.trials.clone()
-        } else {
-            spec.trials[..1].to_vec()
-        };
-        let trials = kind.cells().trials(spec.trials.len(), expert_trials.len());
-        let mut cells = Vec::new();
-        // Published values of the cells, keyed by coordinates (the first trial's pass).
-        let published = spec.published.get(tname);
-        let mut published_values: Vec<(BTreeMap<String, String>, &crate::specs::PublishedRow)> =
-            Vec::new();
-        // An experts table's published accuracies, by (dataset, supervision).
-        let mut published_cells: Vec<upcc_report::published::PublishedValue> = Vec::new();
-        for ds in &g.dataset {
-            let dspec = &spec.file.datasets[ds];
-            let feat = stage::features::wire(&mut w, ds)?;
-            for sup in &g.supervision {
-                let sspec = spec.supervision(sup);
-                if kind.cells() == Cells::ConstraintRecords {
-                    // The first trial's records: the distribution, not its spread.
-                    for &pi in &corruptions {
-                        for &budget in &budgets {
-                            let mut coords = BTreeMap::from([
-                                ("dataset".to_string(), ds.clone()),
-                                ("supervision".to_string(), sup.clone()),
-                            ]);
-                            if g.corruption.is_some() {
-                                coords.insert("corruption".into(), fmt_f(pi));
-                            }
-                            if g.budget.is_some() {
-                                coords.insert("budget".into(), budget.to_string());
-                            }
-                            let cell = Cell {
-                                dataset: ds,
-                                dspec,
-                                supervision: sup,
-                                sspec,
-                                corruption: pi,
-                                budget,
-                                method: "",
-                                pretrain: false,
-                                seed: spec.trials[0],
-                                holdout: false,
-                            };
-                            let c = stage::constraints::wire(&mut w, feat, &cell)?;
-                            cells.push(CellTrial {
-                                coords,
-                                trial: spec.trials[0],
-                                leaf: c,
-                                output: "constraints",
-                                oracle_leaf: None,
-                            });
-                        }
-                    }
-                    continue;
-                }
-                if let Some(p) =
-                    published.filter(|_| kind.published() == Some(PublishedAs::PrintedScores))
-                {
-                    let coords = BTreeMap::from([
-                        ("dataset".to_string(), ds.clone()),
-                        ("supervision".to_string(), sup.clone()),
-                    ]);
-                    // Validated: an experts table's printed values are numbers.
-                    if let Some(v) = p.printed_at(&coords).and_then(|t| t.parse().ok()) {
-                        published_cells.push(upcc_report::published::PublishedValue {
-                            coord: vec![ds.clone(), sup.clone()],
-                            split: "test".into(),
-                            metric: upcc_report::Metric::Acc,
-                            value: v,
-                        });
-                    }
-                }
-                if let Cells::Experts { first_seed_only } = kind.cells() {
-                    let seeds = if first_seed_only {
-                        &expert_trials[..1]
-                    } else {
-                        &expert_trials[..]
-                    };
-                    for &seed in seeds {
-                        let coords = BTreeMap::from([
-                            ("dataset".to_string(), ds.clone()),
-                            ("supervision".to_string(), sup.clone()),
-                        ]);
-                        let ex = stage::expert::wire(&mut w, feat, ds, sup, sspec, seed)?
-                            .expect("validated: experts targets have experts");
-                        cells.push(CellTrial {
-                            coords,
-                            trial: seed,
-                            leaf: ex,
-                            output: "experts",
-                            oracle_leaf: None,
-                        });
-                    }
-                    continue;
-                }
-                for &pi in &corruptions {
-                    for &budget in &budgets {
-                        for method in &g.method {
-                            let resolved = &spec.methods[method];
-                            for pre in g.pretrain_for(resolved.method.pretrainable()) {
-                                // A selection is one per cell: its search runs use seeds
-                                // 1..=runs whatever the trials.
-                                let seeds = if selection {
-                                    &spec.trials[..1]
-                                } else {
-                                    &spec.trials[..]
-                                };
-                                for &seed in seeds {
-                                    let mut coords = BTreeMap::from([
-                                        ("dataset".to_string(), ds.clone()),
-                                        ("supervision".to_string(), sup.clone()),
-                                        ("method".to_string(), method.clone()),
-                                    ]);
-                                    if g.pretrain.is_some() {
-                                        coords.insert("pretrain".into(), pre.to_string());
-                                    }
-                                    if g.corruption.is_some() {
-                                        coords.insert("corruption".into(), fmt_f(pi));
-                                    }
-                                    if g.budget.is_some() {
-                                        coords.insert("budget".into(), budget.to_string());
-                                    }
-                                    let cell = Cell {
-                                        dataset: ds,
-                                        dspec,
-                                        supervision: sup,
-                                        sspec,
-                                        corruption: pi,
-                                        budget,
-                                        method,
-                                        pretrain: pre,
-                                        seed,
-                                        holdout: false,
-                                    };
-                                    if selection {
-                                        let node = resolved
-                                            .method
-                                            .selection(&mut w, &cell, &resolved.settings)?
-                                            .expect("validated: selection targets list methods with a search");
-                                        cells.push(CellTrial {
-                                            coords,
-                                            trial: seed,
-                                            leaf: node,
-                                            output: "table",
-                                            oracle_leaf: None,
-                                        });
-                                        continue;
-                                    }
-                                    if let Some(p) = published.filter(|_| seed == spec.trials[0]) {
-                                        let kind = resolved.method.kind();
-                                        for row in p.matching(ds, sup, kind, pre, pi, budget) {
-                                            published_values.push((coords.clone(), row));
-                                        }
-                                    }
-                                    let nodes = resolved.method.wire(
-                                        &mut w,
-                                        &cell,
-                                        &resolved.settings,
-                                        feat,
-                                    )?;
-                                    let metrics =
-                                        stage::metrics::wire(&mut w, nodes.assignments, &cell)?;
-                                    let (leaf, output) = if diagnostics {
-                                        (nodes.train, "diagnostics")
-                                    } else {
-                                        (metrics, "metrics")
-                                    };
-                                    // Panels G and H: the same cell on oracle judgments.
-                                    let figure_run =
-                                        diagnostics && oracle_panels == OraclePanels::Run;
-                                    let oracle_leaf =
-                                        match spec.oracle_runs.get_key_value(&oracle_run_name(sup))
-                                        {
-                                            Some((name, sspec)) if figure_run => {
-                                                let oracle_cell = Cell {
-                                                    supervision: name,
-                                                    sspec,
-                                                    ..cell
-                                                };
-                                                let run = resolved.method.wire(
-                                                    &mut w,
-                                                    &oracle_cell,
-                                                    &resolved.settings,
-                                                    feat,
-                                                )?;
-                                                Some(run.train)
-                                            }
-                                            _ => None,
-                                        };
-                                    cells.push(CellTrial {
-                                        coords,
-                                        trial: seed,
-                                        leaf,
-                                        output,
-                                        oracle_leaf,
-                                    });
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        let axes: Vec<(String, Vec<String>)> = crate::targets::axes_of(target, kind)
-            .into_iter()
-            .map(|a| {
-                let vals: Vec<String> = match a {
-                    "dataset" => g.dataset.clone(),
-                    "supervision" => g.supervision.clone(),
-                    "method" => g.method.clone(),
-                    "pretrain" => g.pretrain.iter().flatten().map(|b| b.to_string()).collect(),
-                    "corruption" => corruptions.iter().map(|c| fmt_f(*c)).collect(),
-                    _ => budgets.iter().map(|b| b.to_string()).collect(),
-                };
-                (a.to_string(), vals)
-            })
-            .collect();
-        let experts = kind.cells().per_setting();
-        let mut settings = params.table.clone();
-        if experts {
-            // The experts table shows accuracies only: the NMI variant does not touch it.
-            settings.nmi = upcc_report::TableSettings::default().nmi;
-        }
-        // Blind-spot, selection and runtime tables: the printed values of their cells.
-        let printed = match kind.published() {
-            Some(PublishedAs::Printed(comparison)) => Some(comparison),
-            _ => None,
-        };
-        let published_text = published.zip(printed).map(|(p, comparison)| {
-            let mut values: Vec<upcc_report::published::PublishedText> = Vec::new();
-            for c in &cells {
-                let coord: Vec<String> = axes
-                    .iter()
-                    .map(|(a, _)| c.coords.get(a).cloned().unwrap_or_default())
-                    .collect();
-                if values.iter().any(|v| v.coord == coord) {
-                    continue;
-                }
-                if let Some(text) = p.printed_at(&c.coords) {
-                    values.push(upcc_report::published::PublishedText {
-                        coord,
-                        text: text.to_string(),
-                    });
-                }
-            }
-            upcc_report::published::PublishedTexts {
-                source: p.source.clone(),
-                comparison,
-                values,
-                device: p.device.clone(),
-            }
-        });
-        let published = published
-            .filter(|_| {
-                matches!(
-                    kind.published(),
-                    Some(PublishedAs::Scores | PublishedAs::PrintedScores)
-                )
-            })
-            .map(|p| upcc_report::published::Published {
-                source: p.source.clone(),
-                values: published_cells
-                    .iter()
-                    .cloned()
-                    .chain(
-                        published_values
-                            .iter()
-                            .filter(|(_, r)| {
-                                target.splits.contains(&r.split)
-                                    && target.metrics.contains(&r.metric)
-                            })
-                            .map(|(coords, r)| upcc_report::published::PublishedValue {
-                                coord: axes.iter().map(|(a, _)| coords[a].clone()).collect(),
-                                split: r.split.clone(),
-                                metric: r.metric,
-                                value: r.value,
-                            }),
-                    )
-                    .collect(),
-            });
-        let layout = TableLayout {
-            title: target.title.clone().unwrap_or_else(|| tname.clone()),
-            axes,
-            columns: kind.columns(target),
-            metrics: if experts { vec![upcc_report::Metric::Acc] } else { target.metrics.clone() },
-            splits: if experts { vec!["test".into()] } else { target.splits.clone() },
-            settings,
-            highlight_best: !experts,
-            published,
-            published_text,
-            caption: experts.then(|| {
-                if params.expert_sharing.per_trial {
-                    "Mean ± std over trials of the experts' test accuracy (%, ACC); multi-expert settings: the mean over their experts"
-                } else {
-                    "The experts' test accuracy (%, ACC; one set of experts per setting, shared by the trials); multi-expert settings: the mean over their experts"
-                }
-                .to_string()
-            }),
-        };
-        let inputs: Vec<TableInput> = cells
-            .iter()
-            .enumerate()
-            .map(|(i, c)| TableInput {
-                input: format!("m{i}"),
-                coords: c.coords.clone(),
-                trial: c.trial.to_string(),
-            })
-            .collect();
-        let mut wires: Vec<_> = inputs
-            .iter()
-            .zip(&cells)
-            .map(|(ti, c)| input(&ti.input, c.leaf, c.output))
-            .collect();
-        // Figures: input `o{i}` is cell i's oracle run, when it has one (cells whose own
-        // supervision is the oracle's have none: their own AUC/AP are the oracle run's).
-        let oracle_inputs: BTreeMap<String, String> = cells
-            .iter()
-            .zip(&inputs)
-            .enumerate()
-            .filter_map(|(i, (c, ti))| {
-                let leaf = c.oracle_leaf?;
-                wires.push(input(&format!("o{i}"), leaf, "diagnostics"));
-                Some((ti.input.clone(), format!("o{i}")))
-            })
-            .collect();
-        let node = kind.node(
-            &mut w,
-            NodeCx {
-                name: tname,
-                target,
-                wires,
-                layout: &layout,
-                inputs: &inputs,
-                oracle_inputs,
-                trials,
-                std_ddof: params.table.std_ddof,
-            },
-        )?;
-        targets.push(TargetNodes {
-            name: tname.clone(),
-            kind,
-            node,
-            layout,
-            cells,
-            inputs,
-            trials,
-        });
-    }
+    let targets = spec
+        .file
+        .targets
+        .iter()
+        .map(|(name, target)| target_nodes(&mut w, spec, name, target))
+        .collect::<Result<Vec<_>>>()?;
     let memory_needs = std::mem::take(&mut w.memory_needs);
     Ok(Built {
         dag: w.build(),
         targets,
         memory_needs,
     })
+}
+
+/// A target's cells (its kind enumerates and wires them) and its table or figure node over
+/// them.
+fn target_nodes(
+    w: &mut Wiring,
+    spec: &Spec,
+    name: &str,
+    target: &TargetSpec,
+) -> Result<TargetNodes> {
+    let resolved = spec.target(name);
+    let kind = resolved.kind;
+    let cx = CellsCx {
+        target,
+        kind,
+        own: &resolved.own,
+        file: &spec.file,
+        params: &spec.params,
+        methods: &spec.methods,
+        trials: &spec.trials,
+        oracle_runs: &spec.oracle_runs,
+    };
+    let cells = kind.wire_cells(w, &cx)?;
+    let trials = cx.trials_per_cell();
+    let axes = axes_of(target, kind);
+    let published = published::for_cells(
+        kind,
+        resolved.published.as_ref(),
+        target,
+        &spec.methods,
+        &cells,
+        &axes,
+    );
+    let layout = layout(spec, name, target, kind, &axes, published);
+    let inputs: Vec<TableInput> = cells
+        .iter()
+        .enumerate()
+        .map(|(i, c)| TableInput {
+            input: format!("m{i}"),
+            coords: c.coords.clone(),
+            trial: c.trial.to_string(),
+        })
+        .collect();
+    let mut wires: Vec<_> = inputs
+        .iter()
+        .zip(&cells)
+        .map(|(ti, c)| input(&ti.input, c.leaf, c.output))
+        .collect();
+    // Figures: input `o{i}` is cell i's oracle run, when it has one (cells whose own
+    // supervision is the oracle's have none: their own AUC/AP are the oracle run's).
+    let oracle_inputs: BTreeMap<String, String> = cells
+        .iter()
+        .zip(&inputs)
+        .enumerate()
+        .filter_map(|(i, (c, ti))| {
+            let leaf = c.oracle_leaf?;
+            wires.push(input(&format!("o{i}"), leaf, "diagnostics"));
+            Some((ti.input.clone(), format!("o{i}")))
+        })
+        .collect();
+    let node = kind.node(
+        w,
+        NodeCx {
+            name,
+            target,
+            own: &resolved.own,
+            wires,
+            layout: &layout,
+            inputs: &inputs,
+            oracle_inputs,
+            trials,
+            std_ddof: spec.params.table.std_ddof,
+        },
+    )?;
+    Ok(TargetNodes {
+        name: name.to_string(),
+        kind,
+        node,
+        layout,
+        cells,
+        inputs,
+        trials,
+    })
+}
+
+/// How a target's table is laid out: its axes, columns, metrics and splits, and the published
+/// values it is compared with.
+fn layout(
+    spec: &Spec,
+    name: &str,
+    target: &TargetSpec,
+    kind: TargetKind,
+    axes: &[Axis],
+    published: published::ForCells,
+) -> TableLayout {
+    let params = &spec.params;
+    let experts = kind.cells().per_setting();
+    let mut settings = params.table.clone();
+    if experts {
+        // The experts table shows accuracies only: the NMI variant does not touch it.
+        settings.nmi = upcc_report::TableSettings::default().nmi;
+    }
+    TableLayout {
+        title: target.title.clone().unwrap_or_else(|| name.to_string()),
+        axes: axes
+            .iter()
+            .map(|a| (a.name().to_string(), a.values(&target.grid)))
+            .collect(),
+        columns: kind.columns(target),
+        metrics: if experts { vec![upcc_report::Metric::Acc] } else { target.metrics.clone() },
+        splits: if experts { vec!["test".into()] } else { target.splits.clone() },
+        settings,
+        highlight_best: !experts,
+        published: published.scores,
+        published_text: published.texts,
+        caption: experts.then(|| {
+            if params.expert_sharing.per_trial {
+                "Mean ± std over trials of the experts' test accuracy (%, ACC); multi-expert settings: the mean over their experts"
+            } else {
+                "The experts' test accuracy (%, ACC; one set of experts per setting, shared by the trials); multi-expert settings: the mean over their experts"
+            }
+            .to_string()
+        }),
+    }
 }

@@ -6,23 +6,56 @@ use upcc_engine::Dag;
 
 use crate::error::{nearest, Error, Result};
 use crate::graph::Built;
+use crate::specs::axis::Axis;
 
-pub const KEYS: [&str; 9] = [
-    "target",
-    "dataset",
-    "supervision",
-    "method",
-    "pretrain",
-    "corruption",
-    "budget",
-    "trial",
-    "stage",
-];
+/// What a selector picks by: a target, an axis of the grids, a trial, or a stage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Key {
+    Target,
+    Axis(Axis),
+    Trial,
+    Stage,
+}
+
+impl Key {
+    /// Every key, in the order messages list them.
+    pub fn all() -> Vec<Key> {
+        std::iter::once(Key::Target)
+            .chain(Axis::ALL.map(Key::Axis))
+            .chain([Key::Trial, Key::Stage])
+            .collect()
+    }
+
+    /// The key as selectors write it (and as node labels name it).
+    pub fn name(self) -> &'static str {
+        match self {
+            Key::Target => "target",
+            Key::Axis(a) => a.name(),
+            Key::Trial => "trial",
+            Key::Stage => "stage",
+        }
+    }
+
+    fn parse(name: &str) -> Option<Key> {
+        Key::all().into_iter().find(|k| k.name() == name)
+    }
+
+    /// Whether it picks cells (every key but `target` and `stage`).
+    fn picks_cells(self) -> bool {
+        matches!(self, Key::Axis(_) | Key::Trial)
+    }
+}
+
+/// Every key's name, as messages list them.
+fn key_names() -> String {
+    let names: Vec<&str> = Key::all().into_iter().map(Key::name).collect();
+    names.join(", ")
+}
 
 /// Parsed selectors.
 #[derive(Clone, Debug, Default)]
 pub struct Selection {
-    pub filters: BTreeMap<String, BTreeSet<String>>,
+    filters: BTreeMap<Key, BTreeSet<String>>,
 }
 
 impl Selection {
@@ -30,58 +63,57 @@ impl Selection {
         self.filters.is_empty()
     }
 
-    pub fn has_cell_filters(&self) -> bool {
-        // Every key but `target` and `stage` picks cells.
-        self.filters.keys().any(|k| k != "target" && k != "stage")
+    fn has_cell_filters(&self) -> bool {
+        self.filters.keys().any(|k| k.picks_cells())
     }
 
+    /// Whether a node's labels match every filter but `target` (which picks targets).
     fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.filters
             .iter()
-            .filter(|(k, _)| k.as_str() != "target")
-            .all(|(k, vals)| labels.get(k).is_some_and(|v| vals.contains(v)))
+            .filter(|(k, _)| **k != Key::Target)
+            .all(|(k, vals)| labels.get(k.name()).is_some_and(|v| vals.contains(v)))
     }
 }
 
 /// Parse and validate `key=value` selectors against the values the DAG knows.
 pub fn parse(args: &[String], built: &Built) -> Result<Selection> {
-    let mut known: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    let mut known: BTreeMap<Key, BTreeSet<String>> = BTreeMap::new();
     for n in built.dag.nodes() {
         for (k, v) in &n.labels {
-            if let Some(key) = KEYS.iter().find(|x| **x == k.as_str()) {
+            if let Some(key) = Key::parse(k) {
                 known.entry(key).or_default().insert(v.clone());
             }
         }
     }
     known
-        .entry("target")
+        .entry(Key::Target)
         .or_default()
         .extend(built.targets.iter().map(|t| t.name.clone()));
     let mut sel = Selection::default();
     for a in args {
         let (k, v) = a.split_once('=').ok_or_else(|| {
             Error::user(format!("selector `{a}` is not of the form key=value"))
-                .hint(format!("selector keys: {}", KEYS.join(", ")))
+                .hint(format!("selector keys: {}", key_names()))
         })?;
-        if !KEYS.contains(&k) {
+        let Some(key) = Key::parse(k) else {
             let mut e = Error::user(format!("unknown selector key `{k}` in `{a}`"));
-            if let Some(n) = nearest(k, KEYS) {
+            if let Some(n) = nearest(k, Key::all().into_iter().map(Key::name)) {
                 e = e.hint(format!("did you mean `{n}`?"));
             }
-            return Err(e.hint(format!("selector keys: {}", KEYS.join(", "))));
-        }
-        let valid = known.get(k).cloned().unwrap_or_default();
+            return Err(e.hint(format!("selector keys: {}", key_names())));
+        };
+        let valid = known.get(&key).cloned().unwrap_or_default();
+        let listed = || valid.iter().cloned().collect::<Vec<_>>().join(", ");
         if v.split(',').any(|s| s.trim().is_empty()) {
             return Err(
-                Error::user(format!("selector `{a}`: `{k}=` names no value")).hint(format!(
-                    "values of `{k}`: {}",
-                    valid.iter().cloned().collect::<Vec<_>>().join(", ")
-                )),
+                Error::user(format!("selector `{a}`: `{k}=` names no value"))
+                    .hint(format!("values of `{k}`: {}", listed())),
             );
         }
         for value in v.split(',') {
             // Numbers may be written either way (0.3 / 0.30).
-            let canon = canonical_value(k, value, &valid);
+            let canon = canonical_value(key, value, &valid);
             if !valid.contains(&canon) {
                 let mut e = Error::user(format!(
                     "selector `{k}={value}` matches nothing in this spec"
@@ -89,19 +121,16 @@ pub fn parse(args: &[String], built: &Built) -> Result<Selection> {
                 if let Some(n) = nearest(value, valid.iter().map(|s| s.as_str())) {
                     e = e.hint(format!("did you mean `{k}={n}`?"));
                 }
-                return Err(e.hint(format!(
-                    "values of `{k}`: {}",
-                    valid.iter().cloned().collect::<Vec<_>>().join(", ")
-                )));
+                return Err(e.hint(format!("values of `{k}`: {}", listed())));
             }
-            sel.filters.entry(k.to_string()).or_default().insert(canon);
+            sel.filters.entry(key).or_default().insert(canon);
         }
     }
     Ok(sel)
 }
 
-fn canonical_value(key: &str, value: &str, valid: &BTreeSet<String>) -> String {
-    if key == "corruption" {
+fn canonical_value(key: Key, value: &str, valid: &BTreeSet<String>) -> String {
+    if key == Key::Axis(Axis::Corruption) {
         if let Ok(x) = value.parse::<f64>() {
             if let Some(v) = valid.iter().find(|v| v.parse::<f64>().ok() == Some(x)) {
                 return v.clone();
@@ -129,12 +158,12 @@ pub fn roots(sel: &Selection, built: &Built) -> Result<Vec<usize>> {
         .iter()
         .filter(|t| {
             sel.filters
-                .get("target")
+                .get(&Key::Target)
                 .is_none_or(|set| set.contains(&t.name))
         })
         .collect();
     let mut out: BTreeSet<usize> = BTreeSet::new();
-    if sel.filters.contains_key("stage") {
+    if sel.filters.contains_key(&Key::Stage) {
         let allowed = ancestors(
             &built.dag,
             &targets.iter().map(|t| t.node).collect::<Vec<_>>(),

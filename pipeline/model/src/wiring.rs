@@ -12,6 +12,7 @@ use upcc_stages::{Monitor, StageError};
 
 use crate::device::{Compute, NodeCompute};
 use crate::error::{Error, Result};
+use crate::specs::axis::Axis;
 use crate::specs::schema::{DatasetSpec, SpecFile, StageParams, SupervisionSpec};
 
 /// Whether a node's output bits depend on the compute device.
@@ -64,8 +65,9 @@ pub struct Wiring<'a> {
     pub compute: Arc<Compute>,
     /// Numerics class of the nodes that train networks.
     pub numerics: String,
-    /// Optional grid axes that appear in node ids (those some target varies).
-    pub id_axes: BTreeSet<&'static str>,
+    /// Optional grid axes that appear in node ids (corruption and budget, where some target
+    /// varies them).
+    pub id_axes: BTreeSet<Axis>,
     /// What each training node's networks need in memory, where the dataset's shape is known
     /// at load (checked against the process's memory budget once the DAG is built).
     pub memory_needs: Vec<MemoryNeed>,
@@ -85,15 +87,16 @@ pub struct MemoryNeed {
 
 impl<'a> Wiring<'a> {
     pub fn new(spec: Setup<'a>, threads: usize, compute: Arc<Compute>, numerics: String) -> Self {
-        let mut id_axes = BTreeSet::new();
-        for t in spec.file.targets.values() {
-            if t.grid.corruption.is_some() {
-                id_axes.insert("corruption");
-            }
-            if t.grid.budget.is_some() {
-                id_axes.insert("budget");
-            }
-        }
+        let id_axes = spec
+            .file
+            .targets
+            .values()
+            .flat_map(|t| {
+                [Axis::Corruption, Axis::Budget]
+                    .into_iter()
+                    .filter(|a| a.in_grid(&t.grid))
+            })
+            .collect();
         Wiring {
             spec,
             b: DagBuilder::new(),
@@ -216,6 +219,19 @@ impl<'a> Wiring<'a> {
     }
 }
 
+/// The labels of a node (what selectors match): its stage and its coordinates.
+pub fn labels(
+    stage: &str,
+    coords: impl IntoIterator<Item = (Axis, String)>,
+) -> BTreeMap<String, String> {
+    let mut l: BTreeMap<String, String> = coords
+        .into_iter()
+        .map(|(a, v)| (a.name().to_string(), v))
+        .collect();
+    l.insert("stage".to_string(), stage.to_string());
+    l
+}
+
 /// Input `name` of a node: output `output` of node `node`.
 pub fn input(name: &str, node: usize, output: &str) -> (String, InputDef) {
     (
@@ -227,15 +243,7 @@ pub fn input(name: &str, node: usize, output: &str) -> (String, InputDef) {
     )
 }
 
-/// A number as node ids and labels write it (`0.3`, `1.0`).
-pub fn fmt_f(x: f64) -> String {
-    let s = format!("{x}");
-    if s.contains('.') || s.contains('e') {
-        s
-    } else {
-        format!("{s}.0")
-    }
-}
+pub use crate::specs::axis::fmt_f;
 
 /// One cell × trial of a target's grid: what a method trains for.
 pub struct Cell<'s> {
@@ -257,11 +265,11 @@ impl Cell<'_> {
     /// `/pi0.3`, `/n9000` for the optional axes some target varies.
     pub fn axes_suffix(&self, w: &Wiring) -> String {
         let mut s = String::new();
-        if w.id_axes.contains("corruption") {
-            s.push_str(&format!("/pi{}", fmt_f(self.corruption)));
+        if w.id_axes.contains(&Axis::Corruption) {
+            s.push_str(&format!("/pi{}", self.coord(Axis::Corruption)));
         }
-        if w.id_axes.contains("budget") {
-            s.push_str(&format!("/n{}", self.budget));
+        if w.id_axes.contains(&Axis::Budget) {
+            s.push_str(&format!("/n{}", self.coord(Axis::Budget)));
         }
         s
     }
@@ -289,18 +297,32 @@ impl Cell<'_> {
         )
     }
 
-    /// Labels of a node of this cell (what selectors match).
+    /// The cell's coordinate on axis `a`, as coordinates, labels and node ids write it.
+    pub fn coord(&self, a: Axis) -> String {
+        match a {
+            Axis::Dataset => self.dataset.to_string(),
+            Axis::Supervision => self.supervision.to_string(),
+            Axis::Corruption => fmt_f(self.corruption),
+            Axis::Budget => self.budget.to_string(),
+            Axis::Method => self.method.to_string(),
+            Axis::Pretrain => self.pretrain.to_string(),
+        }
+    }
+
+    /// The cell's coordinates on `axes` (axis name → value).
+    pub fn coords(&self, axes: &[Axis]) -> BTreeMap<String, String> {
+        axes.iter()
+            .map(|&a| (a.name().to_string(), self.coord(a)))
+            .collect()
+    }
+
+    /// Labels of a node of this cell (what selectors match): every axis, the stage and the
+    /// trial.
     pub fn labels(&self, stage: &str) -> BTreeMap<String, String> {
-        BTreeMap::from([
-            ("stage".to_string(), stage.to_string()),
-            ("dataset".to_string(), self.dataset.to_string()),
-            ("supervision".to_string(), self.supervision.to_string()),
-            ("trial".to_string(), self.seed.to_string()),
-            ("corruption".to_string(), fmt_f(self.corruption)),
-            ("budget".to_string(), self.budget.to_string()),
-            ("method".to_string(), self.method.to_string()),
-            ("pretrain".to_string(), self.pretrain.to_string()),
-        ])
+        let mut l = self.coords(&Axis::ALL);
+        l.insert("stage".to_string(), stage.to_string());
+        l.insert("trial".to_string(), self.seed.to_string());
+        l
     }
 }
 

@@ -12,6 +12,7 @@
 //! method's sections), `load` and `validate` (load and check: names are resolved there,
 //! `kind:` among them), `spec` (the loaded spec). This file only names them.
 
+pub mod axis;
 pub mod embedded;
 pub mod executor;
 mod load;
@@ -24,6 +25,7 @@ mod spec;
 mod validate;
 
 pub use crate::method::ResolvedMethod;
+pub use axis::Axis;
 pub use embedded::{embedded, MNIST5K, SMOKE_YAML};
 pub use load::load;
 pub use schema::*;

@@ -157,19 +157,6 @@ impl SupervisionSpec {
     }
 }
 
-/// Where a figure's oracle-supervision panels (G, H) come from.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OraclePanels {
-    /// A second ECI-PP run of each cell on oracle judgments through the same corruption
-    /// channel (supervision `SUP.oracle`), read from that run's own diagnostics (the paper).
-    #[default]
-    Run,
-    /// The expert-trained run's networks, scored against the corrupted oracle labels of the
-    /// held-out pairs instead of the experts' (no second run).
-    Relabel,
-}
-
 /// The supervision name of the oracle run derived for figure panels G and H.
 pub fn oracle_run_name(sup: &str) -> String {
     format!("{sup}.oracle")
@@ -183,8 +170,18 @@ fn default_unfamiliar() -> f64 {
     0.0001
 }
 
+/// The fields every target kind reads; a kind's own fields come after them (`own`).
+pub const COMMON_TARGET_FIELDS: [&str; 7] = [
+    "kind",
+    "title",
+    "grid",
+    "columns",
+    "metrics",
+    "splits",
+    "published",
+];
+
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct TargetSpec {
     /// The target's kind by name (`table`, `figure`, ...): validation looks it up among the
     /// kinds upcc implements (`targets::REGISTRY`).
@@ -201,27 +198,14 @@ pub struct TargetSpec {
     pub metrics: Vec<Metric>,
     #[serde(default = "default_splits")]
     pub splits: Vec<String>,
-    /// Figures only: where panels G and H come from (default: a run on oracle judgments).
-    #[serde(default)]
-    pub oracle_panels: Option<OraclePanels>,
     /// Tables only: published values to show reproduced − published against.
     #[serde(default)]
     pub published: Option<PublishedSpec>,
-    /// Sweep figures only: the grid axis along the x axis (e.g. `supervision`, `corruption`,
-    /// `budget`, or `method` over variants of one method).
-    #[serde(default)]
-    pub x: Option<String>,
-    /// Sweep figures only: the grid axis with one line per value (default `method`; `none`:
-    /// one line).
-    #[serde(default)]
-    pub lines: Option<String>,
-    /// Sweep figures only: tick labels for x values (e.g. `eci-pp-k2: "2"` when x sweeps
-    /// method variants); unlisted values show their names.
-    #[serde(default)]
-    pub x_labels: BTreeMap<String, String>,
-    /// Sweep figures only: the x axis' title (default: the axis name).
-    #[serde(default)]
-    pub x_title: Option<String>,
+    /// Every other field: those only its kind reads (a sweep's `x`, a figure's
+    /// `oracle_panels`, ...), which the kind deserialises and checks itself; validation refuses
+    /// the rest by name.
+    #[serde(flatten)]
+    pub own: BTreeMap<String, Value>,
 }
 
 /// A dataset file downloaded into the store: its URL and the digest that pins its bytes.
@@ -298,89 +282,6 @@ pub struct PublishedSpec {
     /// What the published values were measured on (runtime tables: the paper's GPU).
     #[serde(default)]
     pub device: Option<String>,
-}
-
-pub use upcc_report::published::PublishedScore as PublishedRow;
-
-/// A table target's published values as loaded.
-#[derive(Clone, Debug)]
-pub struct PublishedTable {
-    pub source: String,
-    /// A clustering table's scores.
-    pub rows: Vec<PublishedRow>,
-    /// The values of a `table,row,column,value` file (experts, blind-spot, selection and
-    /// runtime tables), as printed.
-    pub printed: Vec<upcc_report::published::PrintedCell>,
-    pub datasets: BTreeMap<String, String>,
-    pub supervision: BTreeMap<String, String>,
-    pub methods: BTreeMap<String, String>,
-    pub ignore: Vec<String>,
-    /// The grid axes the printed file's rows and columns are.
-    pub row_axis: String,
-    pub column_axis: String,
-    pub device: Option<String>,
-}
-
-impl PublishedTable {
-    /// The file's name for value `v` of axis `axis` (mapped by `datasets`, `supervision`,
-    /// `methods`; unmapped values as they are).
-    fn file_name<'a>(&'a self, axis: &str, v: &'a str) -> &'a str {
-        let map = match axis {
-            "dataset" => &self.datasets,
-            "supervision" => &self.supervision,
-            "method" => &self.methods,
-            _ => return v,
-        };
-        map.get(v).map(|s| s.as_str()).unwrap_or(v)
-    }
-
-    /// The printed value of the cell at `coords` (a `table,row,column,value` file).
-    pub fn printed_at(&self, coords: &BTreeMap<String, String>) -> Option<&str> {
-        let row = self.file_name(&self.row_axis, coords.get(&self.row_axis)?);
-        let col = self.file_name(&self.column_axis, coords.get(&self.column_axis)?);
-        self.printed
-            .iter()
-            .find(|c| c.row == row && c.column == col)
-            .map(|c| c.text.as_str())
-    }
-
-    /// The rows a cell matches: its dataset, supervision and method kind (mapped), and its
-    /// pretraining, corruption and budget unless ignored.
-    pub fn matching<'a>(
-        &'a self,
-        dataset: &str,
-        supervision: &str,
-        method_kind: &str,
-        pretrain: bool,
-        corruption: f64,
-        budget: usize,
-    ) -> impl Iterator<Item = &'a PublishedRow> + 'a {
-        let ds = self
-            .datasets
-            .get(dataset)
-            .cloned()
-            .unwrap_or_else(|| dataset.to_string());
-        let sup = self
-            .supervision
-            .get(supervision)
-            .cloned()
-            .unwrap_or_else(|| supervision.to_string());
-        let method = method_kind.to_string();
-        let ignored = |c: &str| self.ignore.iter().any(|i| i == c);
-        let (ip, ic, ib) = (
-            ignored("pretrain"),
-            ignored("corruption"),
-            ignored("budget"),
-        );
-        self.rows.iter().filter(move |r| {
-            r.dataset == ds
-                && r.supervision == sup
-                && r.method == method
-                && (ip || r.pretrain == pretrain)
-                && (ic || (r.corruption - corruption).abs() < 1e-9)
-                && (ib || r.budget == budget)
-        })
-    }
 }
 
 fn default_metrics() -> Vec<Metric> {

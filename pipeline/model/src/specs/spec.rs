@@ -3,9 +3,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use super::schema::{PublishedTable, SpecFile, StageParams, SupervisionSpec};
+use super::schema::{SpecFile, StageParams, SupervisionSpec};
 use crate::method::ResolvedMethod;
-use crate::targets::TargetKind;
+use crate::targets::{ResolvedTarget, TargetKind};
 
 /// A loaded, validated spec.
 pub struct Spec {
@@ -22,19 +22,23 @@ pub struct Spec {
     /// Oracle supervision settings derived for figure targets (`SUP.oracle` → oracle
     /// judgments under SUP's number of experts).
     pub oracle_runs: BTreeMap<String, SupervisionSpec>,
-    /// Published values of table targets that name them, by target.
-    pub published: BTreeMap<String, PublishedTable>,
     /// Each dataset's shape as known at load (`expect:`, else the head of its file), for the
     /// memory check of the nodes that train on it.
     pub shapes: BTreeMap<String, Option<upcc_stages::features::Shape>>,
-    /// Each target's kind, as validation looked up its `kind:`.
-    pub kinds: BTreeMap<String, TargetKind>,
+    /// Each target's kind, as validation looked up its `kind:`, what the kind resolved of the
+    /// fields only it reads, and its published values.
+    pub targets: BTreeMap<String, ResolvedTarget>,
 }
 
 impl Spec {
     /// The kind of target `name` (validated).
     pub fn kind(&self, name: &str) -> TargetKind {
-        self.kinds[name]
+        self.targets[name].kind
+    }
+
+    /// Target `name` as validation resolved it.
+    pub fn target(&self, name: &str) -> &ResolvedTarget {
+        &self.targets[name]
     }
 
     /// A supervision setting by name: the spec's own or a derived oracle run.

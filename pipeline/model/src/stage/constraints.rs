@@ -1,15 +1,14 @@
 //! `constraints`: probabilistic constraints from the experts' judgments through the corruption
 //! channel (with the held-out diagnostic set), or the user's own constraints from a file.
 
-use std::collections::BTreeMap;
-
 use serde::Serialize;
 use upcc_engine::{InputDef, Source, SourceLocation, Task, TaskContext, TaskError};
 use upcc_stages::{constraints, expert};
 
 use crate::error::Result;
+use crate::specs::axis::Axis;
 use crate::specs::schema::SupervisionSpec;
-use crate::wiring::{fmt_f, input, parquet, stage_err, Cell, NodeSpec, Numerics, Wiring};
+use crate::wiring::{input, labels, parquet, stage_err, Cell, NodeSpec, Numerics, Wiring};
 
 #[derive(Serialize)]
 pub struct ConstraintsTask {
@@ -94,14 +93,16 @@ pub fn load(
 pub fn wire(w: &mut Wiring, feat: usize, cell: &Cell) -> Result<usize> {
     let (ds, sup, seed) = (cell.data_id(), cell.supervision, cell.seed);
     let ds = ds.as_str();
-    let mut labels = BTreeMap::from([
-        ("stage".to_string(), "constraints".to_string()),
-        ("dataset".to_string(), ds.to_string()),
-        ("supervision".to_string(), sup.to_string()),
-        ("trial".to_string(), seed.to_string()),
-        ("corruption".to_string(), fmt_f(cell.corruption)),
-        ("budget".to_string(), cell.budget.to_string()),
-    ]);
+    let mut labels = labels(
+        "constraints",
+        [
+            (Axis::Dataset, ds.to_string()),
+            (Axis::Supervision, sup.to_string()),
+            (Axis::Corruption, cell.coord(Axis::Corruption)),
+            (Axis::Budget, cell.coord(Axis::Budget)),
+        ],
+    );
+    labels.insert("trial".to_string(), seed.to_string());
     match cell.sspec {
         SupervisionSpec::File { path } => {
             let source = Source {

@@ -1,16 +1,15 @@
 //! `expert`: the simulated expert classifiers of a supervision setting.
 
-use std::collections::BTreeMap;
-
 use serde::Serialize;
 use upcc_engine::{Task, TaskContext, TaskError};
 use upcc_stages::expert;
 
 use crate::error::Result;
 use crate::on_device;
+use crate::specs::axis::Axis;
 use crate::specs::schema::SupervisionSpec;
 use crate::wiring::{
-    input, node_device, parquet, train_err, ComputeRef, Mon, NodeSpec, Numerics, Wiring,
+    input, labels, node_device, parquet, train_err, ComputeRef, Mon, NodeSpec, Numerics, Wiring,
 };
 
 #[derive(Serialize)]
@@ -69,11 +68,13 @@ pub fn wire(
         classifier: w.spec.params.expert.clone(),
         seed,
     };
-    let mut labels = BTreeMap::from([
-        ("stage".to_string(), "expert".to_string()),
-        ("dataset".to_string(), ds.to_string()),
-        ("supervision".to_string(), sup.to_string()),
-    ]);
+    let mut labels = labels(
+        "expert",
+        [
+            (Axis::Dataset, ds.to_string()),
+            (Axis::Supervision, sup.to_string()),
+        ],
+    );
     if sharing.per_trial {
         labels.insert("trial".to_string(), trial.to_string());
     }

@@ -7,9 +7,10 @@ use upcc_engine::{InputDef, Source, SourceLocation, Task, TaskContext, TaskError
 use upcc_stages::features::{self, FeatureParams, Split, SplitKind};
 
 use crate::error::Result;
+use crate::specs::axis::Axis;
 use crate::specs::embedded::embedded;
 use crate::specs::schema::ValidationScope;
-use crate::wiring::{parquet, stage_err, NodeSpec, Numerics, Wiring};
+use crate::wiring::{labels, parquet, stage_err, NodeSpec, Numerics, Wiring};
 
 #[derive(Serialize)]
 pub struct FeaturesTask {
@@ -178,10 +179,7 @@ fn wire_with(w: &mut Wiring, name: &str, holdout: bool) -> Result<usize> {
         numerics: Numerics::Exact,
         inputs,
         outputs: &["features"],
-        labels: BTreeMap::from([
-            ("stage".into(), "features".into()),
-            ("dataset".into(), name.to_string()),
-        ]),
+        labels: labels("features", [(Axis::Dataset, name.to_string())]),
         resources: Wiring::small(1024),
         task: FeaturesTask {
             params,

@@ -4,7 +4,6 @@
 //! the URL — with retries, resuming an interrupted transfer (HTTP Range) from a partial file
 //! in the temp directory. A wrong digest publishes nothing and names both digests.
 
-use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -14,8 +13,9 @@ use sha2::Digest as _;
 use upcc_engine::{Task, TaskContext, TaskError};
 
 use crate::error::Result;
+use crate::specs::axis::Axis;
 use crate::specs::schema::FetchSpec;
-use crate::wiring::{NodeSpec, Numerics, Wiring};
+use crate::wiring::{labels, NodeSpec, Numerics, Wiring};
 
 pub const VERSION: u32 = 1;
 
@@ -417,10 +417,7 @@ fn wire_one(w: &mut Wiring, dataset: &str, id: String, task: FetchTask) -> Resul
         numerics: Numerics::Exact,
         inputs: vec![],
         outputs: &["data"],
-        labels: BTreeMap::from([
-            ("stage".into(), "fetch".into()),
-            ("dataset".into(), dataset.to_string()),
-        ]),
+        labels: labels("fetch", [(Axis::Dataset, dataset.to_string())]),
         resources: Wiring::small(1024),
         task,
     })

@@ -1,7 +1,5 @@
 //! `pretrain`: the SDAE protocol, shared by every pretrained cell of a dataset.
 
-use std::collections::BTreeMap;
-
 use serde::Serialize;
 use upcc_engine::{Task, TaskContext, TaskError};
 use upcc_stages::pretrain;
@@ -9,8 +7,9 @@ use upcc_stages::table::PARQUET_MEDIA_TYPE;
 
 use crate::error::Result;
 use crate::on_device;
+use crate::specs::axis::Axis;
 use crate::wiring::{
-    input, node_device, train_err, Cell, ComputeRef, Mon, NodeSpec, Numerics, Wiring,
+    input, labels, node_device, train_err, Cell, ComputeRef, Mon, NodeSpec, Numerics, Wiring,
 };
 
 #[derive(Serialize)]
@@ -78,10 +77,7 @@ pub fn wire(w: &mut Wiring, feat: usize, cell: &Cell, normalize_code: bool) -> R
         numerics: Numerics::Device,
         inputs: vec![input("features", feat, "features")],
         outputs: &["weights", "curve"],
-        labels: BTreeMap::from([
-            ("stage".to_string(), "pretrain".to_string()),
-            ("dataset".to_string(), ds.to_string()),
-        ]),
+        labels: labels("pretrain", [(Axis::Dataset, ds.to_string())]),
         resources,
         task: PretrainTask { params, compute },
     })

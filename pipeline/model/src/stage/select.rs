@@ -2,8 +2,6 @@
 //! the expert-aware ensembles' α). Its output is the chosen value, so a rerun that chooses the
 //! same value leaves everything trained with it fresh (early cutoff).
 
-use std::collections::BTreeMap;
-
 use serde::Serialize;
 use upcc_engine::{Task, TaskContext, TaskError};
 use upcc_stages::ensemble::{select_best, SearchScope};
@@ -11,7 +9,8 @@ use upcc_stages::metrics;
 use upcc_stages::table::{Table, TableBuilder};
 
 use crate::error::Result;
-use crate::wiring::{input, parquet, stage_err, Cell, NodeSpec, Numerics, Wiring};
+use crate::specs::axis::Axis;
+use crate::wiring::{input, labels, parquet, stage_err, Cell, NodeSpec, Numerics, Wiring};
 
 pub const VERSION: u32 = 1;
 
@@ -184,13 +183,15 @@ pub fn wire(
         numerics: Numerics::Exact,
         inputs,
         outputs: &["chosen", "table"],
-        labels: BTreeMap::from([
-            ("stage".to_string(), "select".to_string()),
-            ("dataset".to_string(), cell.dataset.to_string()),
-            ("supervision".to_string(), supervision.to_string()),
-            ("method".to_string(), cell.method.to_string()),
-            ("pretrain".to_string(), cell.pretrain.to_string()),
-        ]),
+        labels: labels(
+            "select",
+            [
+                (Axis::Dataset, cell.coord(Axis::Dataset)),
+                (Axis::Supervision, supervision.to_string()),
+                (Axis::Method, cell.coord(Axis::Method)),
+                (Axis::Pretrain, cell.coord(Axis::Pretrain)),
+            ],
+        ),
         resources: Wiring::small(128),
         task: SelectTask {
             parameter: parameter.to_string(),

@@ -4,6 +4,7 @@
 use upcc_report::published::Comparison;
 
 use super::{check_per_setting, Cells, CheckCx, PublishedAs, TableSource, Target, View};
+use crate::specs::axis::Axis;
 use crate::specs::source::Problems;
 
 /// The experts' unfamiliar-class counts.
@@ -27,8 +28,8 @@ impl Target for BlindSpots {
     fn table_source(&self) -> TableSource {
         TableSource::BlindSpots
     }
-    fn default_columns(&self) -> Option<&'static [&'static str]> {
-        Some(&["supervision"])
+    fn default_columns(&self) -> Option<&'static [Axis]> {
+        Some(&[Axis::Supervision])
     }
     fn published(&self) -> Option<PublishedAs> {
         Some(PublishedAs::Printed(Comparison::Exact))

@@ -6,6 +6,7 @@ use serde::Serialize;
 use upcc_engine::{Task, TaskContext, TaskError};
 
 use super::{check_per_setting, figure_node, Cells, CheckCx, NodeCx, TableInput, Target, View};
+use crate::specs::axis::Axis;
 use crate::specs::source::Problems;
 use crate::wiring::{parquet, stage_err, Wiring};
 
@@ -25,8 +26,8 @@ impl Target for ConstraintValues {
     fn view(&self) -> View {
         View::Figure
     }
-    fn default_columns(&self) -> Option<&'static [&'static str]> {
-        Some(&["supervision"])
+    fn default_columns(&self) -> Option<&'static [Axis]> {
+        Some(&[Axis::Supervision])
     }
     fn check(&self, cx: &CheckCx<'_>, p: &mut Problems<'_>) {
         check_per_setting(cx, p, true, false);
@@ -70,14 +71,14 @@ impl Task for ValuesTask {
             } else {
                 None
             };
-            let mut col = i.coords["dataset"].clone();
-            for k in ["corruption", "budget"] {
-                if let Some(v) = i.coords.get(k) {
-                    col.push_str(&format!(" {k}={v}"));
+            let mut col = i.coord(Axis::Dataset).unwrap_or_default().to_string();
+            for a in [Axis::Corruption, Axis::Budget] {
+                if let Some(v) = i.coord(a) {
+                    col.push_str(&format!(" {a}={v}"));
                 }
             }
             panels.push(ValuePanel {
-                row: i.coords["supervision"].clone(),
+                row: i.coord(Axis::Supervision).unwrap_or_default().to_string(),
                 col,
                 values: c.y,
                 corrupted,

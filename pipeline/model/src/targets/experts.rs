@@ -2,6 +2,7 @@
 //! a multi-expert setting's experts), mean ± std over the experts' seeds.
 
 use super::{check_per_setting, Cells, CheckCx, PublishedAs, TableSource, Target, View};
+use crate::specs::axis::Axis;
 use crate::specs::source::Problems;
 
 /// The experts' test accuracy.
@@ -25,8 +26,8 @@ impl Target for Experts {
     fn table_source(&self) -> TableSource {
         TableSource::Experts
     }
-    fn default_columns(&self) -> Option<&'static [&'static str]> {
-        Some(&["supervision"])
+    fn default_columns(&self) -> Option<&'static [Axis]> {
+        Some(&[Axis::Supervision])
     }
     fn published(&self) -> Option<PublishedAs> {
         Some(PublishedAs::PrintedScores)

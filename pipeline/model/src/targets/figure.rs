@@ -3,14 +3,40 @@
 //! the default) or from the oracle columns of the cells' own diagnostics (`relabel`).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use serde_yaml_ng::Value;
 use upcc_engine::{Task, TaskContext, TaskError};
 
-use super::{figure_node, Cells, CheckCx, NodeCx, TableInput, Target, View};
+use super::{
+    figure_node, own, own_fields, Cells, CheckCx, NodeCx, OwnSettings, TableInput, Target, View,
+};
 use crate::specs::schema::SupervisionSpec;
 use crate::specs::source::Problems;
 use crate::wiring::{parquet, stage_err, Wiring};
+
+/// Where a figure's oracle-supervision panels (G, H) come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OraclePanels {
+    /// A second ECI-PP run of each cell on oracle judgments through the same corruption
+    /// channel (supervision `SUP.oracle`), read from that run's own diagnostics (the paper).
+    #[default]
+    Run,
+    /// The expert-trained run's networks, scored against the corrupted oracle labels of the
+    /// held-out pairs instead of the experts' (no second run).
+    Relabel,
+}
+
+/// A figure's own fields.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FigureFields {
+    /// Where panels G and H come from (default: a run on oracle judgments).
+    #[serde(default)]
+    oracle_panels: OraclePanels,
+}
 
 /// ECI-PP's held-out diagnostics.
 pub struct Figure;
@@ -33,6 +59,17 @@ impl Target for Figure {
             "oracle_panels",
             "chooses where a figure's panels G and H come from",
         )]
+    }
+    fn resolve_own(
+        &self,
+        target: &str,
+        fields: &BTreeMap<String, Value>,
+        p: &mut Problems<'_>,
+    ) -> Option<OwnSettings> {
+        own_fields::<FigureFields>(target, fields, p).map(|f| Arc::new(f) as OwnSettings)
+    }
+    fn oracle_runs(&self, settings: &OwnSettings) -> bool {
+        own::<FigureFields>(settings).oracle_panels == OraclePanels::Run
     }
     fn check(&self, cx: &CheckCx<'_>, p: &mut Problems<'_>) {
         let t = cx.name;

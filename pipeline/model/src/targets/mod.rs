@@ -4,8 +4,13 @@
 //! names it as `kind:` and everything else (validation, the DAG, `run`'s and `report`'s
 //! output) asks the kind.
 
+use std::any::Any;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde_yaml_ng::Value;
 
 use upcc_engine::InputDef;
 use upcc_report::published::Comparison;
@@ -13,21 +18,25 @@ use upcc_report::TableLayout;
 
 use crate::error::Result;
 use crate::method::ResolvedMethod;
-use crate::specs::schema::SpecFile;
-use crate::specs::schema::SupervisionSpec;
-use crate::specs::schema::TargetSpec;
+use crate::specs::axis::Axis;
+use crate::specs::schema::COMMON_TARGET_FIELDS;
+use crate::specs::schema::{SpecFile, SupervisionSpec, TargetSpec};
 use crate::specs::source::Problems;
-use crate::wiring::{NodeSpec, Numerics, Wiring};
+use crate::wiring::{Cell, NodeSpec, Numerics, Wiring};
 
 pub mod blind_spots;
+pub mod cells;
 pub mod constraint_values;
 pub mod experts;
 pub mod figure;
+pub mod published;
 pub mod runtime;
 pub mod selection;
 pub mod sweep;
 pub mod table;
 
+pub use cells::CellsCx;
+pub use published::PublishedTable;
 pub use table::{TableInput, TableSource};
 
 /// Version of the table stage (rendering lives in `upcc-report`).
@@ -39,12 +48,53 @@ pub const FIGURE_VERSION: u32 = 1;
 /// tables, the expert node for expert tables, the training node for figures).
 #[derive(Clone, Debug)]
 pub struct CellTrial {
+    /// Its coordinates on the target's axes (axis name → value).
     pub coords: BTreeMap<String, String>,
+    /// Where it lies on every axis (those the grid does not vary at the spec's setting).
+    pub point: Point,
     pub trial: u64,
     pub leaf: usize,
     pub output: &'static str,
     /// Figures: the training node of the same cell under oracle judgments (panels G, H).
     pub oracle_leaf: Option<usize>,
+}
+
+impl CellTrial {
+    /// Cell `cell` of a target on `axes`, read from output `output` of node `leaf`.
+    pub fn new(
+        cell: &Cell<'_>,
+        axes: &[Axis],
+        leaf: usize,
+        output: &'static str,
+        oracle_leaf: Option<usize>,
+    ) -> CellTrial {
+        CellTrial {
+            coords: cell.coords(axes),
+            point: Point {
+                dataset: cell.dataset.to_string(),
+                supervision: cell.supervision.to_string(),
+                method: cell.method.to_string(),
+                pretrain: cell.pretrain,
+                corruption: cell.corruption,
+                budget: cell.budget,
+            },
+            trial: cell.seed,
+            leaf,
+            output,
+            oracle_leaf,
+        }
+    }
+}
+
+/// Where a cell lies on every axis (a method-less cell's method is empty).
+#[derive(Clone, Debug)]
+pub struct Point {
+    pub dataset: String,
+    pub supervision: String,
+    pub method: String,
+    pub pretrain: bool,
+    pub corruption: f64,
+    pub budget: usize,
 }
 
 /// A target as built (by `graph.rs`): its table or figure node and its cells.
@@ -128,13 +178,15 @@ pub struct CheckCx<'a> {
     pub name: &'a str,
     pub target: &'a TargetSpec,
     pub kind: TargetKind,
+    /// What its kind resolved of the fields only it reads.
+    pub own: &'a OwnSettings,
     pub file: &'a SpecFile,
     /// The spec's methods, resolved (those that failed to resolve are absent).
     pub methods: &'a BTreeMap<String, ResolvedMethod>,
     /// `params.constraints.diagnostic_pairs`.
     pub diagnostic_pairs: usize,
     /// The axes of its grid.
-    pub axes: &'a [&'static str],
+    pub axes: &'a [Axis],
 }
 
 impl CheckCx<'_> {
@@ -158,6 +210,8 @@ pub struct NodeCx<'a> {
     /// The target's name.
     pub name: &'a str,
     pub target: &'a TargetSpec,
+    /// What its kind resolved of the fields only it reads.
+    pub own: &'a OwnSettings,
     /// Input `m{i}` of every cell (and `o{i}` of a figure cell's oracle run).
     pub wires: Vec<(String, InputDef)>,
     pub layout: &'a TableLayout,
@@ -178,6 +232,11 @@ pub trait Target: Sync + Send {
     fn summary(&self) -> &'static str;
     /// Which results its cells read.
     fn cells(&self) -> Cells;
+    /// Enumerate its cells and wire them (on the shared stages and its grid's methods): by
+    /// default as [`Target::cells`] says ([`cells`]).
+    fn wire_cells(&self, w: &mut Wiring, cx: &CellsCx<'_>) -> Result<Vec<CellTrial>> {
+        self.cells().wire(w, cx)
+    }
     /// How it is shown.
     fn view(&self) -> View;
     /// What its table node aggregates (table views).
@@ -186,7 +245,7 @@ pub trait Target: Sync + Send {
     }
     /// The axes spanning its columns when the spec names none (`None`: `method`, and
     /// `pretrain` when the grid has it).
-    fn default_columns(&self) -> Option<&'static [&'static str]> {
+    fn default_columns(&self) -> Option<&'static [Axis]> {
         None
     }
     /// How its `published:` values are compared (`None`: it takes none).
@@ -194,13 +253,28 @@ pub trait Target: Sync + Send {
         None
     }
     /// The default row and column axes of its published file.
-    fn published_axes(&self) -> (&'static str, &'static str) {
-        ("dataset", "supervision")
+    fn published_axes(&self) -> (Axis, Axis) {
+        (Axis::Dataset, Axis::Supervision)
     }
     /// The target fields only this kind reads, with what each does (another kind that sets
     /// one is told so).
     fn own_fields(&self) -> &'static [(&'static str, &'static str)] {
         &[]
+    }
+    /// Deserialise and check its own fields (`own`: those of [`Target::own_fields`] the target
+    /// sets), as a method resolves its sections; problems go to `p`. Kinds without fields of
+    /// their own keep nothing.
+    fn resolve_own(
+        &self,
+        _target: &str,
+        _own: &BTreeMap<String, Value>,
+        _p: &mut Problems<'_>,
+    ) -> Option<OwnSettings> {
+        Some(Arc::new(()))
+    }
+    /// Whether its cells are also run on oracle judgments (a figure's panels G and H).
+    fn oracle_runs(&self, _own: &OwnSettings) -> bool {
+        false
     }
     /// Check what this kind needs of its section, grid and methods.
     fn check(&self, _cx: &CheckCx<'_>, _p: &mut Problems<'_>) {}
@@ -267,19 +341,122 @@ impl fmt::Debug for TargetKind {
     }
 }
 
-impl<'de> serde::Deserialize<'de> for TargetKind {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        let name = String::deserialize(d)?;
-        lookup(&name).ok_or_else(|| {
-            // Worded as serde words an unknown enum variant, so that spec errors explain it
-            // the same way (with the nearest name as a hint).
-            let known: Vec<String> = kinds().iter().map(|k| format!("`{k}`")).collect();
-            serde::de::Error::custom(format!(
-                "unknown variant `{name}`, expected one of {}",
-                known.join(", ")
-            ))
-        })
+/// What a kind resolved of the fields only it reads (each kind knows its own type).
+pub type OwnSettings = Arc<dyn Any + Send + Sync>;
+
+/// The settings of type `T` a kind resolved (each kind downcasts its own).
+pub fn own<T: 'static>(s: &OwnSettings) -> &T {
+    s.downcast_ref::<T>()
+        .expect("a kind reads the settings it resolved")
+}
+
+/// A target as validation resolved it: its kind and that kind's own settings.
+#[derive(Clone)]
+pub struct ResolvedTarget {
+    pub kind: TargetKind,
+    pub own: OwnSettings,
+    /// The values its `published:` section names, as its kind read them.
+    pub published: Option<PublishedTable>,
+}
+
+/// Deserialise a kind's own fields into `T` (`#[serde(deny_unknown_fields)]`), placing a
+/// problem at the field.
+pub fn own_fields<T: DeserializeOwned>(
+    target: &str,
+    own: &BTreeMap<String, Value>,
+    p: &mut Problems<'_>,
+) -> Option<T> {
+    let map = |fields: &mut dyn Iterator<Item = (&String, &Value)>| {
+        let m: serde_yaml_ng::Mapping = fields
+            .map(|(k, v)| (Value::String(k.clone()), v.clone()))
+            .collect();
+        serde_yaml_ng::from_value::<T>(Value::Mapping(m))
+    };
+    match map(&mut own.iter()) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            // Name the field at fault: the first one that fails alone (a value of the wrong
+            // shape); a problem of the fields together (one missing) names the target.
+            let culprit = own.iter().find_map(|(k, v)| {
+                map(&mut std::iter::once((k, v)))
+                    .err()
+                    .filter(|e| !e.to_string().starts_with("missing field"))
+                    .map(|e| (k, e))
+            });
+            match culprit {
+                Some((k, e)) => p.add_serde(&["targets", target, k], &e),
+                None => p.add_serde(&["targets", target], &e),
+            }
+            None
+        }
     }
+}
+
+/// Resolve a target: its kind by name, then the fields it sets beyond those every kind reads —
+/// those its kind owns go to the kind; one another kind owns is named with that kind; any
+/// other is unknown, with the nearest field as a hint. Problems go to `p`.
+pub fn resolve(t: &str, target: &TargetSpec, p: &mut Problems<'_>) -> Option<ResolvedTarget> {
+    let Some(kind) = lookup(&target.kind) else {
+        let known = kinds();
+        let listed: Vec<String> = known.iter().map(|k| format!("`{k}`")).collect();
+        p.add(
+            &["targets", t, "kind"],
+            format!(
+                "targets.{t}: unknown variant `{}`, expected one of {}",
+                target.kind,
+                listed.join(", ")
+            ),
+            crate::error::nearest(&target.kind, known.iter().copied())
+                .map(|n| format!("did you mean `{n}`?")),
+        );
+        return None;
+    };
+    let mut mine = BTreeMap::new();
+    for (field, value) in &target.own {
+        if kind.own_fields().iter().any(|(f, _)| f == field) {
+            mine.insert(field.clone(), value.clone());
+            continue;
+        }
+        let owner = REGISTRY.iter().find_map(|k| {
+            k.own_fields()
+                .iter()
+                .find(|(f, _)| f == field)
+                .map(|(_, what)| (k.name(), *what))
+        });
+        match owner {
+            Some((owner, what)) => p.add(
+                &["targets", t, field],
+                format!(
+                    "target `{t}`: `{field}` {what}; this target is of kind `{}`",
+                    kind.name()
+                ),
+                Some(format!("drop it, or make the target `kind: {owner}`")),
+            ),
+            None => {
+                let valid: Vec<&str> = COMMON_TARGET_FIELDS
+                    .iter()
+                    .copied()
+                    .chain(kind.own_fields().iter().map(|(f, _)| *f))
+                    .collect();
+                let listed: Vec<String> = valid.iter().map(|f| format!("`{f}`")).collect();
+                p.add(
+                    &["targets", t, field],
+                    format!(
+                        "targets.{t}: unknown field `{field}`, expected one of {}",
+                        listed.join(", ")
+                    ),
+                    crate::error::nearest(field, valid.iter().copied())
+                        .map(|n| format!("did you mean `{n}`?")),
+                );
+            }
+        }
+    }
+    let own = kind.resolve_own(t, &mine, p)?;
+    Some(ResolvedTarget {
+        kind,
+        own,
+        published: None,
+    })
 }
 
 impl TargetKind {
@@ -289,41 +466,37 @@ impl TargetKind {
         if let Some(c) = &target.columns {
             return c.clone();
         }
-        if let Some(d) = self.default_columns() {
-            return d.iter().map(|s| s.to_string()).collect();
-        }
-        if target.grid.pretrain.is_some() {
-            vec!["method".into(), "pretrain".into()]
-        } else {
-            vec!["method".into()]
-        }
+        let axes: &[Axis] = match self.default_columns() {
+            Some(d) => d,
+            None if Axis::Pretrain.in_grid(&target.grid) => &[Axis::Method, Axis::Pretrain],
+            None => &[Axis::Method],
+        };
+        axes.iter().map(|a| a.name().to_string()).collect()
     }
 }
 
-/// The axes of a target's grid, in display order.
-pub fn axes_of(target: &TargetSpec, kind: TargetKind) -> Vec<&'static str> {
+/// The axes of a target's grid, in display order: dataset and supervision, the optional axes
+/// the grid lists (a kind indexed by setting has no method or pretraining axis; one of
+/// constraint records no method axis either), then the method.
+pub fn axes_of(target: &TargetSpec, kind: TargetKind) -> Vec<Axis> {
     let g = &target.grid;
-    let mut a = vec!["dataset", "supervision"];
-    match kind.cells() {
-        Cells::ConstraintRecords => {
-            a.extend(g.corruption.iter().map(|_| "corruption"));
-            a.extend(g.budget.iter().map(|_| "budget"));
-            return a;
+    let shown = |a: Axis| match a {
+        Axis::Dataset | Axis::Supervision => true,
+        Axis::Method => !matches!(
+            kind.cells(),
+            Cells::ConstraintRecords | Cells::Experts { .. }
+        ),
+        Axis::Pretrain => {
+            !matches!(
+                kind.cells(),
+                Cells::ConstraintRecords | Cells::Experts { .. }
+            ) && a.in_grid(g)
         }
-        Cells::Experts { .. } => return a,
-        _ => {}
-    }
-    if g.corruption.is_some() {
-        a.push("corruption");
-    }
-    if g.budget.is_some() {
-        a.push("budget");
-    }
-    a.push("method");
-    if g.pretrain.is_some() {
-        a.push("pretrain");
-    }
-    a
+        Axis::Corruption | Axis::Budget => {
+            !matches!(kind.cells(), Cells::Experts { .. }) && a.in_grid(g)
+        }
+    };
+    Axis::ALL.into_iter().filter(|&a| shown(a)).collect()
 }
 
 /// The checks of the kinds indexed by dataset and supervision only: no method axis, no other
@@ -352,48 +525,6 @@ pub(crate) fn check_per_setting(
             Some(SupervisionSpec::Oracle { .. }) => p.add(&cx.grid("supervision"), format!("target `{t}` (kind: {kind}): supervision `{sup}` is the oracle's and has no trained experts"), None),
             _ => {}
         }
-    }
-}
-
-/// The kind-specific fields a target sets (those some kind lists in [`Target::own_fields`]).
-fn fields_set(t: &TargetSpec) -> Vec<&'static str> {
-    [
-        ("x", t.x.is_some()),
-        ("lines", t.lines.is_some()),
-        ("x_labels", !t.x_labels.is_empty()),
-        ("x_title", t.x_title.is_some()),
-        ("oracle_panels", t.oracle_panels.is_some()),
-    ]
-    .into_iter()
-    .filter_map(|(f, set)| set.then_some(f))
-    .collect()
-}
-
-/// A field that another kind owns, set on this target: named, with the kind that reads it.
-pub(crate) fn check_own_fields(cx: &CheckCx<'_>, p: &mut Problems<'_>) {
-    let (t, kind) = (cx.name, cx.kind);
-    for field in fields_set(cx.target) {
-        if kind.own_fields().iter().any(|(f, _)| *f == field) {
-            continue;
-        }
-        let owner = REGISTRY
-            .iter()
-            .find_map(|k| {
-                k.own_fields()
-                    .iter()
-                    .find(|(f, _)| *f == field)
-                    .map(|(_, what)| (k.name(), *what))
-            })
-            .expect("every kind-specific field has an owning kind");
-        p.add(
-            &["targets", t, field],
-            format!(
-                "target `{t}`: `{field}` {}; this target is of kind `{}`",
-                owner.1,
-                kind.name()
-            ),
-            Some(format!("drop it, or make the target `kind: {}`", owner.0)),
-        );
     }
 }
 
@@ -463,31 +594,19 @@ mod tests {
     }
 
     #[test]
-    fn an_unknown_kind_is_refused_with_the_known_ones() {
-        let e = serde_yaml_ng::from_str::<TargetKind>("tabel").unwrap_err();
-        let m = e.to_string();
-        assert!(m.contains("unknown variant `tabel`"), "{m}");
-        for k in kinds() {
-            assert!(m.contains(&format!("`{k}`")), "{m}");
-        }
-        let k: TargetKind = serde_yaml_ng::from_str("blind-spots").unwrap();
-        assert_eq!(k.name(), "blind-spots");
+    fn the_schemas_default_kind_is_the_first_registered() {
+        assert_eq!(
+            crate::specs::schema::DEFAULT_TARGET_KIND,
+            REGISTRY[0].name()
+        );
     }
 
     #[test]
-    fn every_kind_specific_field_has_one_owning_kind() {
-        let spec: TargetSpec = serde_yaml_ng::from_str(
-            "{grid: {dataset: [d], supervision: [s]}, x: a, lines: b, x_labels: {a: A}, x_title: T, oracle_panels: relabel}",
-        )
-        .unwrap();
-        let set = fields_set(&spec);
-        assert_eq!(set.len(), 5, "{set:?}");
-        for f in set {
-            let owners = REGISTRY
-                .iter()
-                .filter(|k| k.own_fields().iter().any(|(o, _)| *o == f))
-                .count();
-            assert_eq!(owners, 1, "`{f}`");
+    fn no_kind_owns_a_field_every_kind_reads() {
+        for t in REGISTRY {
+            for (f, _) in t.own_fields() {
+                assert!(!COMMON_TARGET_FIELDS.contains(f), "`{f}` of `{}`", t.name());
+            }
         }
     }
 

@@ -11,6 +11,7 @@ use upcc_report::published::Comparison;
 use super::TargetNodes;
 use super::{Cells, PublishedAs, Target, View};
 use crate::error::{Error, Result};
+use crate::specs::axis::Axis;
 
 /// Training wall time per cell.
 pub struct Runtime;
@@ -29,14 +30,14 @@ impl Target for Runtime {
         View::Runtime
     }
     // The paper's Table 11: a column per dataset, a row per method.
-    fn default_columns(&self) -> Option<&'static [&'static str]> {
-        Some(&["dataset"])
+    fn default_columns(&self) -> Option<&'static [Axis]> {
+        Some(&[Axis::Dataset])
     }
     fn published(&self) -> Option<PublishedAs> {
         Some(PublishedAs::Printed(Comparison::Duration))
     }
-    fn published_axes(&self) -> (&'static str, &'static str) {
-        ("method", "dataset")
+    fn published_axes(&self) -> (Axis, Axis) {
+        (Axis::Method, Axis::Dataset)
     }
 }
 

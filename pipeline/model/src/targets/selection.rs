@@ -5,6 +5,7 @@
 use upcc_report::published::Comparison;
 
 use super::{Cells, CheckCx, PublishedAs, TableSource, Target, View};
+use crate::specs::axis::Axis;
 use crate::specs::source::Problems;
 
 /// What each cell's search chose.
@@ -26,8 +27,8 @@ impl Target for Selection {
     fn table_source(&self) -> TableSource {
         TableSource::Selection
     }
-    fn default_columns(&self) -> Option<&'static [&'static str]> {
-        Some(&["supervision"])
+    fn default_columns(&self) -> Option<&'static [Axis]> {
+        Some(&[Axis::Supervision])
     }
     fn published(&self) -> Option<PublishedAs> {
         Some(PublishedAs::Printed(Comparison::Number))

@@ -2,14 +2,42 @@
 //! grid (`x`), one line per value of another (`lines`, default `method`), a panel per metric
 //! and per value of the remaining axes: the paper's robustness and sensitivity figures.
 
-use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_yaml_ng::Value;
 use upcc_engine::{Task, TaskContext, TaskError};
 use upcc_report::TableLayout;
 
 use super::table::cell_result;
-use super::{figure_node, Cells, CheckCx, NodeCx, TableInput, TableSource, Target, View};
+use super::{
+    figure_node, own, own_fields, Cells, CheckCx, NodeCx, OwnSettings, TableInput, TableSource,
+    Target, View,
+};
+use crate::specs::axis::Axis;
 use crate::specs::source::Problems;
 use crate::wiring::{parquet, stage_err, Wiring};
+
+/// A sweep's own fields.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SweepFields {
+    /// The grid axis along the x axis (e.g. `supervision`, `corruption`, `budget`, or `method`
+    /// over variants of one method).
+    #[serde(default)]
+    x: Option<String>,
+    /// The grid axis with one line per value (default `method`; `none`: one line).
+    #[serde(default)]
+    lines: Option<String>,
+    /// Tick labels for x values (e.g. `eci-pp-k2: "2"` when x sweeps method variants);
+    /// unlisted values show their names.
+    #[serde(default)]
+    x_labels: BTreeMap<String, String>,
+    /// The x axis' title (default: the axis name).
+    #[serde(default)]
+    x_title: Option<String>,
+}
 
 /// A metric against one axis of the grid.
 pub struct Sweep;
@@ -35,9 +63,18 @@ impl Target for Sweep {
             ("x_title", "places a sweep figure's axes"),
         ]
     }
+    fn resolve_own(
+        &self,
+        target: &str,
+        fields: &BTreeMap<String, Value>,
+        p: &mut Problems<'_>,
+    ) -> Option<OwnSettings> {
+        own_fields::<SweepFields>(target, fields, p).map(|f| Arc::new(f) as OwnSettings)
+    }
     fn check(&self, cx: &CheckCx<'_>, p: &mut Problems<'_>) {
-        let (t, target, axes) = (cx.name, cx.target, cx.axes);
-        let g = &target.grid;
+        let (t, target) = (cx.name, own::<SweepFields>(cx.own));
+        let axes: Vec<&str> = cx.axes.iter().map(|a| a.name()).collect();
+        let g = &cx.target.grid;
         match target.x.as_deref() {
             None => p.add(
                 &["targets", t, "x"],
@@ -51,20 +88,12 @@ impl Target for Sweep {
             ),
             Some(_) => {}
         }
-        if let Some(x) = target.x.as_deref() {
-            let values: Vec<String> = match x {
-                "dataset" => g.dataset.clone(),
-                "supervision" => g.supervision.clone(),
-                "method" => g.method.clone(),
-                "corruption" => g
-                    .corruption
-                    .iter()
-                    .flatten()
-                    .map(|c| crate::wiring::fmt_f(*c))
-                    .collect(),
-                "budget" => g.budget.iter().flatten().map(|b| b.to_string()).collect(),
-                _ => g.pretrain.iter().flatten().map(|b| b.to_string()).collect(),
-            };
+        if let Some((x, axis)) = target
+            .x
+            .as_deref()
+            .and_then(|x| Axis::parse(x).map(|a| (x, a)))
+        {
+            let values = axis.values(g);
             for k in target.x_labels.keys() {
                 if !values.contains(k) {
                     p.add(
@@ -75,7 +104,7 @@ impl Target for Sweep {
                 }
             }
         }
-        let lines = target.lines.as_deref().unwrap_or("method");
+        let lines = target.lines.as_deref().unwrap_or(Axis::Method.name());
         if lines != "none" && !axes.contains(&lines) {
             p.add(
                 &["targets", t, "lines"],
@@ -94,7 +123,7 @@ impl Target for Sweep {
         }
     }
     fn node(&self, w: &mut Wiring, cx: NodeCx<'_>) -> crate::error::Result<usize> {
-        let target = cx.target;
+        let (target, fields) = (cx.target, own::<SweepFields>(cx.own));
         figure_node(
             w,
             cx.name,
@@ -104,19 +133,19 @@ impl Target for Sweep {
                 kind: "sweep",
                 layout: cx.layout.clone(),
                 axes: upcc_report::sweep::SweepAxes {
-                    x: target.x.clone().unwrap_or_default(),
-                    lines: match target.lines.as_deref() {
+                    x: fields.x.clone().unwrap_or_default(),
+                    lines: match fields.lines.as_deref() {
                         Some("none") => None,
                         Some(l) => Some(l.to_string()),
-                        None => Some("method".into()),
+                        None => Some(Axis::Method.name().into()),
                     },
                     split: if target.splits.iter().any(|s| s == "test") {
                         "test".into()
                     } else {
                         target.splits[0].clone()
                     },
-                    x_labels: target.x_labels.clone(),
-                    x_title: target.x_title.clone(),
+                    x_labels: fields.x_labels.clone(),
+                    x_title: fields.x_title.clone(),
                 },
                 inputs: cx.inputs.to_vec(),
             },

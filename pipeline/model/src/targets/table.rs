@@ -13,6 +13,7 @@ use upcc_stages::table::PARQUET_MEDIA_TYPE;
 use upcc_stages::{metrics, StageError};
 
 use super::{Cells, PublishedAs, Target, View};
+use crate::specs::axis::Axis;
 use crate::wiring::stage_err;
 
 const MARKDOWN: &str = "text/markdown";
@@ -46,6 +47,13 @@ pub struct TableInput {
     pub input: String,
     pub coords: BTreeMap<String, String>,
     pub trial: String,
+}
+
+impl TableInput {
+    /// Its coordinate on axis `a`, if the target's grid has that axis.
+    pub fn coord(&self, a: Axis) -> Option<&str> {
+        self.coords.get(a.name()).map(String::as_str)
+    }
 }
 
 /// What a table aggregates (its `kind` in the key).

@@ -384,12 +384,13 @@ fn head(path: &std::path::Path, n: usize) -> Option<Vec<u8>> {
 
 /// The shape of a dataset read from the head of its file (`x`/`train_x` for IDX and
 /// `.npy`, `data`/`train` for CSV), for the memory check at load: `None` where it cannot be
-/// told cheaply (Parquet, pickles, files not there yet). `bytes` serves an embedded file.
+/// told cheaply (Parquet, pickles, files not there yet). `bytes` serves an embedded file. A
+/// CSV row is one label and `dim` features wherever its label column is, so the label
+/// column's name does not enter.
 pub fn peek_shape(
     format: DataFormat,
     path: Option<&std::path::Path>,
     bytes: Option<&[u8]>,
-    label_column: &str,
 ) -> Option<Shape> {
     let data = match (bytes, path) {
         (Some(b), _) => {
@@ -412,7 +413,6 @@ pub fn peek_shape(
             let text = String::from_utf8_lossy(&data);
             let line = text.trim_start_matches('\u{feff}').lines().next()?;
             let fields = line.split(',').count();
-            let _ = label_column;
             (fields >= 2).then_some(Shape {
                 dim: fields - 1,
                 rows: None,
