@@ -162,10 +162,6 @@ impl<T: Real, D: Device<T>> Params<T, D> {
         &self.entries[id.0].value
     }
 
-    pub fn value_mut(&mut self, id: ParamId) -> &mut D::Buf {
-        &mut self.entries[id.0].value
-    }
-
     /// This step's gradient (zeros if nothing was written since `zero_grads`).
     pub fn grad(&mut self, id: ParamId) -> DResult<&D::Buf> {
         self.settle(id)?;
