@@ -151,7 +151,8 @@ pub struct JobArgs {
     /// Spec file and the node id.
     #[arg(value_name = "SPEC NODE", required = true, num_args = 2)]
     pub spec_and_node: Vec<String>,
-    /// The node's recipe the job was submitted for (hex; see `upcc_cli::slurm::recipes`).
+    /// The node's recipe the job was submitted for (hex, as `pipeline/cli/slurm.rs::recipes`
+    /// computes it; `upcc job` refuses a node whose recipe differs).
     #[arg(long)]
     pub recipe: String,
     #[arg(long = "set", value_name = "KEY=VALUE")]
