@@ -89,6 +89,12 @@ bench:
     done
     rm -rf "$store"
 
+# The Slurm executor's figures: job plans of the paper and smoke specs, and (with a cluster up,
+# e.g. `bash .ci/slurm.sh up`) the smoke spec at small sizes locally and through Slurm workers.
+bench-slurm:
+    cargo build --quiet --release
+    bash .ci/bench-slurm.sh target/release/upcc
+
 # How far rounding alone moves the smoke cells' test NMI (the GPU suite's NMI bound): the cells on
 # the CPU with their products split every N terms, per N (about 4 minutes per N on 2 cores).
 rounding-spread store="/var/tmp/upcc-rounding" *args:

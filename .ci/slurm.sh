@@ -2,8 +2,10 @@
 # A real one-node Slurm on the loopback interface, for the Slurm executor's tests
 # (tests/it/slurm.rs). Debian's slurmctld, slurmd and munge, started by hand (no systemd), two
 # fake GPUs declared as gres (character devices with /dev/null's numbers). No accounting
-# database: finished jobs stay visible to `squeue -t all` for MinJobAge (300 s), which is what
+# database: finished jobs stay visible to `squeue -t all` for MinJobAge (60 s), which is what
 # upcc reads; `sacct` is used when present. See ../shared/reference/slurm-local.md.
+# MaxJobCount (60, finished jobs included while visible) is below the smoke spec's 68 nodes, so
+# an executor that queued one job per node could not run it here (tests/it/slurm.rs).
 #
 #   bash .ci/slurm.sh up     install if needed, configure, start, wait until the node is idle
 #   bash .ci/slurm.sh down   cancel every job, wait for them, stop the daemons
@@ -64,7 +66,8 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=1000
 ReturnToService=2
-MinJobAge=300
+MinJobAge=60
+MaxJobCount=60
 GresTypes=gpu
 NodeName=localhost NodeAddr=127.0.0.1 $topo RealMemory=$mem Gres=gpu:2 State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP

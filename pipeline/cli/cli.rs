@@ -60,6 +60,9 @@ pub enum Command {
     /// Run exactly one node whose inputs are computed: what a Slurm job of `run --executor
     /// slurm` runs. Fails if the spec no longer gives the node the submitted key.
     Job(JobArgs),
+    /// Compute every node of one kind that can run, round after round, until none is left:
+    /// what a worker job of `run --executor slurm` runs (workers mode).
+    Worker(WorkerArgs),
     /// Show the device training would use (after --device, --gpus, $UPCC_DEVICE), its
     /// numerics class and facts, and check that it works: on a GPU this opens it and compiles
     /// and loads the kernels, as a run would.
@@ -83,7 +86,11 @@ impl Command {
             Command::Cancel(a) => a.json,
             Command::Push(a) | Command::Pull(a) => a.json,
             Command::Device(a) => a.json,
-            Command::Verify | Command::Gc(_) | Command::Report(_) | Command::Job(_) => false,
+            Command::Verify
+            | Command::Gc(_)
+            | Command::Report(_)
+            | Command::Job(_)
+            | Command::Worker(_) => false,
         }
     }
 }
@@ -130,14 +137,47 @@ pub struct RunArgs {
     /// Progress display on stderr.
     #[arg(long, value_enum, default_value_t = ProgressArg::Auto)]
     pub progress: ProgressArg,
-    /// Where nodes run: `local` (this machine) or `slurm` (one sbatch job per stale node
-    /// against the shared store). Default: the spec's or user config's `executor.kind`, else
+    /// Where nodes run: `local` (this machine) or `slurm` (a few worker jobs, or one job per
+    /// node in `executor.slurm.mode: per-node`, against the shared store). Default: the spec's or user config's `executor.kind`, else
     /// local ($UPCC_EXECUTOR).
     #[arg(long, value_enum, env = "UPCC_EXECUTOR")]
     pub executor: Option<ExecutorArg>,
-    /// Slurm: submit the jobs and return; `upcc status` shows them and `upcc run` re-attaches.
+    /// Slurm: submit and return; `upcc status` shows the jobs and `upcc run` re-attaches. In
+    /// workers mode the driver itself runs as a job.
     #[arg(long)]
     pub detach: bool,
+    /// Slurm: print the job plan (how many jobs, of which resources, for how many nodes) and
+    /// submit nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct WorkerArgs {
+    /// Spec file, then the driver's selectors.
+    #[arg(value_name = "SPEC [SELECTOR]...", required = true, num_args = 1..)]
+    pub spec_and_selectors: Vec<String>,
+    /// Which nodes: `training` (they train networks on the device) or `other`.
+    #[arg(long, value_enum)]
+    pub kind: WorkerKind,
+    /// This job's Slurm log (`%j`: the job id), named in the records of the nodes it computes.
+    #[arg(long, default_value = "")]
+    pub log: String,
+    /// Seconds to wait for more nodes of its kind to become ready (their inputs computed by
+    /// other jobs) before ending.
+    #[arg(long, default_value_t = 300.0)]
+    pub linger: f64,
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Remote cache (as for `run`).
+    #[arg(long, value_name = "URL|off")]
+    pub remote: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum WorkerKind {
+    Training,
+    Other,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -42,6 +42,11 @@ pub fn threads() -> Option<usize> {
         .filter(|&t| t >= 1)
 }
 
+/// The Slurm job this process runs in: `$SLURM_JOB_ID` (set by Slurm in every job).
+pub fn slurm_job_id() -> Option<String> {
+    std::env::var("SLURM_JOB_ID").ok().filter(|j| !j.is_empty())
+}
+
 /// The user config file: `$UPCC_CONFIG`.
 pub fn config() -> Option<PathBuf> {
     std::env::var_os("UPCC_CONFIG").map(PathBuf::from)

@@ -53,6 +53,7 @@ pub fn main_entry() -> i32 {
         cli::Command::Push(a) => commands::push(a, &env),
         cli::Command::Pull(a) => commands::pull(a, &env),
         cli::Command::Job(a) => commands::job(a, &env),
+        cli::Command::Worker(a) => commands::worker(a, &env),
         cli::Command::Device(a) => commands::device(a, &env),
     };
     match result {

@@ -13,7 +13,7 @@ const CLI: &[(&str, &[&str])] = &[
     ("progress", &[]),
     ("env", &[]),
     ("eta", &[]),
-    ("slurm", &["env"]),
+    ("slurm", &["env", "eta"]),
     ("remote", &["env"]),
     (
         "commands",

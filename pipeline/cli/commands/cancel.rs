@@ -1,4 +1,5 @@
-//! `upcc cancel`: cancel the Slurm jobs of a spec's stale nodes.
+//! `upcc cancel`: cancel the Slurm jobs of a spec: its driver and worker jobs, and the
+//! jobs of its stale nodes.
 
 use serde_json::json;
 use upcc_engine::plan;
@@ -15,7 +16,15 @@ pub fn cancel(args: &SpecArgs, env: &Env) -> Result<i32> {
     let dag = loaded.built.dag.restrict(&roots);
     let store = open_store(&env.store, false)?;
     let entries = plan(&dag, &store, &loaded.spec.file.name)?;
-    let (cancelled, records) = crate::slurm::cancel(&dag, &entries, &store)?;
+    // The driver and workers first (a driver left running would submit again), then the
+    // nodes' own jobs.
+    let workers = crate::slurm::workers::cancel_workers(
+        &store,
+        &crate::slurm::job_spec(&args.spec_and_selectors[0]),
+        &args.set,
+    )?;
+    let (cancelled, records) = crate::slurm::cancel(&dag, &entries, &store, &workers)?;
+    let cancelled = cancelled + workers.len();
     if args.json {
         println!("{}", json!({"cancelled": cancelled, "records": records}));
     }

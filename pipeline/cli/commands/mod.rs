@@ -12,6 +12,7 @@ pub mod report;
 pub mod run;
 pub mod status;
 pub mod verify;
+pub mod worker;
 
 pub use cancel::cancel;
 pub use context::{store_path, Env, DEFAULT_NODE_THREADS};
@@ -25,3 +26,4 @@ pub use report::report;
 pub use run::run;
 pub use status::status;
 pub use verify::verify;
+pub use worker::worker;

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use upcc_engine::{plan, run as engine_run, NodeStatus, Outcome, RunConfig, Store};
+use upcc_model::device::Compute;
 
 use super::context::*;
 use crate::cli::{ExecutorArg, ProgressArg, RunArgs};
@@ -152,6 +153,32 @@ pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
         )
         .hint("add `--executor slurm`, or drop --detach"));
     }
+    if args.dry_run && executor != ExecutorArg::Slurm {
+        return Err(Error::user(
+            "--dry-run prints the Slurm executor's job plan; it applies to `--executor slurm`",
+        )
+        .hint("`upcc status SPEC` shows what a local run would compute"));
+    }
+    if executor == ExecutorArg::Slurm && env.numerics.is_none() {
+        if let Some(n) = &section.slurm.numerics {
+            // The training partition's class, declared: plan for it, whatever this machine has.
+            let n = check_numerics(n).map_err(|e| {
+                e.hint("`executor.slurm.numerics` names the class `upcc device` prints on a node of the training partition")
+            })?;
+            loaded = load_with(&args.spec, node_threads, Compute::planned(&n))?;
+        } else if !loaded.compute.is_gpu()
+            && section
+                .slurm
+                .resources_for("train", true, 0, false)
+                .gpus
+                .is_some_and(|g| g > 0)
+        {
+            return Err(Error::user(
+                "the Slurm executor's training jobs get GPUs (`executor.slurm.resources`), but this machine has none to tell their numerics class, and the keys the driver waits for depend on it",
+            )
+            .hint("run `upcc device` on a node of the GPU partition (`srun --gres=gpu:1 upcc device`) and set `executor.slurm.numerics: CLASS` (or pass --numerics CLASS)"));
+        }
+    }
     if executor == ExecutorArg::Local && env.numerics.is_some() {
         // Planned for a class: this machine must compute it, and then trains with its device.
         let real = local_device(env, &loaded.compute, args.spec.json)?;
@@ -183,6 +210,12 @@ pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
             )
         };
         check_memory(&loaded.built, &dag, computes, &loaded.compute)?;
+    }
+    if args.dry_run {
+        // A plan only: nothing is created, downloaded or submitted.
+        let store = open_store(store_flag, false)
+            .unwrap_or_else(|_| Store::view_nonexistent(&store_path(store_flag)));
+        return run_slurm(args, env, &loaded, &dag, &store, &section.slurm, t0);
     }
     let store = open_store(store_flag, true)?;
     if executor == ExecutorArg::Slurm {
@@ -402,6 +435,25 @@ pub(crate) fn run_slurm(
         loaded.compute.numerics(),
     );
     inv.remote = args.spec.remote.clone();
+    inv.selectors = args.spec.spec_and_selectors[1..].to_vec();
+    if settings.mode == crate::slurm::SlurmMode::Workers {
+        return run_workers(args, loaded, dag, store, settings, &inv, t0);
+    }
+    let todo = upcc_engine::plan(dag, store, &loaded.spec.file.name)?
+        .iter()
+        .filter(|e| e.status != NodeStatus::Fresh)
+        .count();
+    if args.dry_run {
+        print_plan_per_node(args.spec.json, todo, dag.len());
+        return Ok(0);
+    }
+    if todo > settings.max_jobs() {
+        return Err(Error::user(format!(
+            "per-node mode would queue {todo} jobs at once, over `executor.slurm.max_jobs` ({})",
+            settings.max_jobs()
+        ))
+        .hint("use `executor.slurm.mode: workers` (the default), which needs a few jobs, or select fewer nodes"));
+    }
     let sub = crate::slurm::submit(
         dag,
         &loaded.spec.file.name,
@@ -479,6 +531,174 @@ pub(crate) fn run_slurm(
         outcome.failed.len()
     );
     Ok(if outcome.failed.is_empty() && !healed {
+        0
+    } else {
+        1
+    })
+}
+
+fn print_plan_per_node(json: bool, todo: usize, total: usize) {
+    if json {
+        println!(
+            "{}",
+            json!({"executor": "slurm", "mode": "per-node", "jobs": todo, "peak_queued": todo, "nodes": todo, "total": total})
+        );
+    } else {
+        println!("slurm plan (per-node): {todo} jobs, one per node to compute, all queued at once ({total} nodes in all)");
+    }
+}
+
+/// `run --executor slurm` in workers mode: keep a few worker jobs alive until every node is
+/// computed (or failed), or with `--detach` submit the driver itself as a job; `--dry-run`
+/// prints the job plan.
+fn run_workers(
+    args: &RunArgs,
+    loaded: &Loaded,
+    dag: &upcc_engine::Dag,
+    store: &Store,
+    settings: &crate::slurm::SlurmSettings,
+    inv: &crate::slurm::Invocation,
+    t0: Instant,
+) -> Result<i32> {
+    use crate::slurm::workers;
+    let quiet = args.spec.json || matches!(args.progress, ProgressArg::None);
+    let spec_arg = &args.spec.spec_and_selectors[0];
+    let gpu = loaded.compute.is_gpu();
+    let entries = upcc_engine::plan(dag, store, &loaded.spec.file.name)?;
+    let done: Vec<bool> = entries
+        .iter()
+        .map(|e| e.status == NodeStatus::Fresh)
+        .collect();
+    let todo = done.iter().filter(|d| !**d).count();
+    if args.dry_run {
+        let history = crate::eta::History::read(store)?;
+        let plan = workers::job_plan(dag, &done, settings, gpu, &history);
+        let jobs: usize = plan.iter().map(|p| p.jobs).sum();
+        let peak = plan
+            .iter()
+            .fold(BTreeMap::<usize, usize>::new(), |mut m, p| {
+                *m.entry(p.wave).or_default() += p.jobs;
+                m
+            })
+            .into_values()
+            .max()
+            .unwrap_or(0);
+        if args.spec.json {
+            println!(
+                "{}",
+                json!({"executor": "slurm", "mode": "workers", "jobs": jobs, "peak_queued": peak, "nodes": todo,
+                       "total": dag.len(), "max_jobs": settings.max_jobs(), "numerics": loaded.compute.numerics(), "waves": plan})
+            );
+        } else {
+            println!(
+                "slurm plan (workers): {jobs} jobs for {todo} nodes to compute ({} in all), at most {peak} queued at once (limit {}); training nodes planned for {}",
+                dag.len(),
+                settings.max_jobs(),
+                loaded.compute.numerics()
+            );
+            println!(
+                "{:>4}  {:<8}  {:>4}  {:>6}  {:>4}  {:>8}  {:>4}  {:<11}  partition",
+                "wave", "kind", "jobs", "nodes", "cpus", "mem MB", "gpus", "time"
+            );
+            for p in &plan {
+                println!(
+                    "{:>4}  {:<8}  {:>4}  {:>6}  {:>4}  {:>8}  {:>4}  {:<11}  {}",
+                    p.wave,
+                    p.kind,
+                    p.jobs,
+                    p.nodes,
+                    p.cpus,
+                    p.mem_mb,
+                    p.gpus,
+                    p.time,
+                    p.partition.as_deref().unwrap_or("(default)")
+                );
+            }
+            println!("(a wave's workers start when the results they need are in; workers that end early are replaced while nodes remain)");
+        }
+        return Ok(0);
+    }
+    if args.detach {
+        let (id, new) = workers::submit_driver(store, settings, inv)?;
+        if args.spec.json {
+            println!(
+                "{}",
+                json!({"executor": "slurm", "mode": "workers", "detached": true, "driver_job": id, "new": new, "nodes": todo})
+            );
+        }
+        eprintln!(
+            "upcc: slurm: {} driver job {id} for {todo} nodes to compute; `upcc status {spec_arg}` shows the nodes, `upcc cancel {spec_arg}` cancels the jobs",
+            if new { "submitted" } else { "already queued or running:" }
+        );
+        return Ok(0);
+    }
+    if !quiet {
+        eprintln!(
+            "upcc: slurm: {todo} of {} nodes to compute with worker jobs (store `{}`)",
+            dag.len(),
+            store.root().display()
+        );
+    }
+    let poll = Duration::from_secs_f64(settings.poll_seconds.unwrap_or(5.0));
+    let driven = workers::drive(
+        dag,
+        &loaded.spec.file.name,
+        store,
+        settings,
+        inv,
+        gpu,
+        poll,
+        quiet,
+    )?;
+    let touched: BTreeSet<usize> = dag
+        .nodes()
+        .iter()
+        .filter_map(|n| loaded.built.dag.index_of(&n.id))
+        .collect();
+    let mut healed = false;
+    let tables = render_views(loaded, store, &touched, &mut healed)?;
+    let seconds = t0.elapsed().as_secs_f64();
+    let recipes = crate::slurm::recipes(dag);
+    if args.spec.json {
+        let failed: Vec<_> = driven
+            .failed
+            .iter()
+            .map(|(i, why)| {
+                let log = crate::slurm::read_record(store, &recipes[*i]).map(|r| r.log);
+                json!({"id": dag.node(*i).id, "error": why, "log": log})
+            })
+            .collect();
+        println!(
+            "{}",
+            json!({"executor": "slurm", "mode": "workers", "submitted": driven.submitted, "peak_queued": driven.peak_queued,
+                   "computed": todo - driven.failed.len(), "failed": driven.failed.len(), "failures": failed,
+                   "total": dag.len(), "seconds": seconds, "store": store.root().display().to_string(),
+                   "tables": tables.iter().cloned().collect::<BTreeMap<_, _>>()})
+        );
+    } else {
+        let mut out = std::io::stdout().lock();
+        for (_, md) in &tables {
+            let _ = writeln!(out, "{md}");
+        }
+    }
+    for (i, why) in &driven.failed {
+        eprintln!("error: node `{}`: {why}", dag.node(*i).id);
+        if let Some(r) = crate::slurm::read_record(store, &recipes[*i]) {
+            eprintln!("  job log: {} (slurm job {})", r.log, r.job_id);
+        }
+    }
+    if healed {
+        eprintln!("upcc: warning: corrupt results were quarantined while reading; run again to recompute them");
+    }
+    eprintln!(
+        "upcc: {} nodes: {} computed by {} worker jobs (at most {} queued at once), {} failed ({seconds:.1} s)",
+        dag.len(),
+        todo - driven.failed.len(),
+        driven.submitted,
+        driven.peak_queued,
+        driven.failed.len()
+    );
+    Ok(if driven.failed.is_empty() && !healed {
         0
     } else {
         1

@@ -155,15 +155,19 @@ pub fn status(args: &SpecArgs, env: &Env) -> Result<i32> {
                         h.heartbeat_age().map(|a| a.as_secs()).unwrap_or(0)
                     ),
                 ),
-                (Some(h), _) => (
+                (Some(h), j) => (
                     "running",
                     format!(
-                        "pid {} on {} since {}{}",
+                        "pid {} on {} since {}{}{}",
                         h.pid,
                         h.host,
                         h.since,
                         h.heartbeat_age()
                             .map(|a| format!(", heartbeat {} s ago", a.as_secs()))
+                            .unwrap_or_default(),
+                        // A worker's record names the Slurm job the process runs in.
+                        j.as_ref()
+                            .map(|(id, _)| format!(", in slurm job {id}"))
                             .unwrap_or_default()
                     ),
                 ),

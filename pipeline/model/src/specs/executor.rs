@@ -49,9 +49,69 @@ pub struct SlurmSettings {
     #[serde(default)]
     pub poll_seconds: Option<f64>,
     /// Stage name (`train`, `pretrain`, `expert`, …) or `training` (every stage that trains
-    /// networks) or `default` → resources; the most specific entry wins, field by field.
+    /// networks) or `default` → resources; the most specific entry wins, field by field. In
+    /// `workers` mode a training worker takes the `training` entry and every other worker the
+    /// `default` one; `driver` is the detached driver's job.
     #[serde(default)]
     pub resources: BTreeMap<String, JobResources>,
+    /// `workers` (default): a few jobs that each run the local executor against the shared
+    /// store until nothing they may compute is left; `per-node`: one job per node.
+    #[serde(default)]
+    pub mode: SlurmMode,
+    /// The most jobs upcc keeps queued or running at once (default 200).
+    #[serde(default)]
+    pub max_jobs: Option<usize>,
+    /// The most workers at once that compute training nodes (default 8) and the rest
+    /// (default 2).
+    #[serde(default)]
+    pub workers: WorkerLimits,
+    /// The numerics class of the training jobs' device (as `upcc device` prints it on a node
+    /// of their partition), for a driver on a machine without that device: training nodes are
+    /// planned for it, and a job whose device computes another class refuses to start.
+    #[serde(default)]
+    pub numerics: Option<String>,
+    /// Seconds a worker with nothing ready waits for inputs other jobs compute before it
+    /// ends (default 300).
+    #[serde(default)]
+    pub linger_seconds: Option<f64>,
+}
+
+/// How the Slurm executor maps nodes to jobs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SlurmMode {
+    #[default]
+    Workers,
+    PerNode,
+}
+
+/// How many workers of each kind may run at once.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerLimits {
+    #[serde(default)]
+    pub training: Option<usize>,
+    #[serde(default)]
+    pub other: Option<usize>,
+}
+
+/// Default of `max_jobs`: well under common per-user limits.
+pub const DEFAULT_MAX_JOBS: usize = 200;
+
+impl SlurmSettings {
+    /// The most jobs queued or running at once.
+    pub fn max_jobs(&self) -> usize {
+        self.max_jobs.unwrap_or(DEFAULT_MAX_JOBS)
+    }
+
+    /// The most workers at once for training nodes (`trains`) or the rest.
+    pub fn workers_for(&self, trains: bool) -> usize {
+        if trains {
+            self.workers.training.unwrap_or(8)
+        } else {
+            self.workers.other.unwrap_or(2)
+        }
+    }
 }
 
 impl SlurmSettings {
@@ -65,6 +125,36 @@ impl SlurmSettings {
             p.push((
                 "poll_seconds".into(),
                 "must be a positive number of seconds".into(),
+            ));
+        }
+        if self
+            .linger_seconds
+            .is_some_and(|s| !(s.is_finite() && s >= 0.0))
+        {
+            p.push((
+                "linger_seconds".into(),
+                "must be a number of seconds, 0 or more".into(),
+            ));
+        }
+        if self.max_jobs == Some(0) {
+            p.push(("max_jobs".into(), "must be at least 1".into()));
+        }
+        for (k, v) in [
+            ("training", self.workers.training),
+            ("other", self.workers.other),
+        ] {
+            if v == Some(0) {
+                p.push((format!("workers.{k}"), "must be at least 1".into()));
+            }
+        }
+        if self
+            .numerics
+            .as_deref()
+            .is_some_and(|n| n.trim().is_empty())
+        {
+            p.push((
+                "numerics".into(),
+                "is empty; give a class as `upcc device` prints it (e.g. `cpu-f32-avx512`)".into(),
             ));
         }
         for (k, r) in &self.resources {

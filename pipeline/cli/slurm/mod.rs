@@ -1,6 +1,7 @@
-//! The Slurm executor: every node a run would compute becomes one `sbatch` job that runs
-//! `upcc job` for exactly that node against the shared store, with `afterok` dependencies on
-//! the jobs of its inputs.
+//! The Slurm executor. In `workers` mode (the default, `workers.rs`) a few jobs each run the
+//! local executor over many nodes; in `per-node` mode every node a run would compute becomes
+//! one `sbatch` job that runs `upcc job` for exactly that node against the shared store, with
+//! `afterok` dependencies on the jobs of its inputs.
 //!
 //! Jobs are tracked by node recipe in the store's job book (`jobs/<recipe>.json`, written
 //! durably by `upcc_engine::jobs` under its lock `jobs/submit.lock`, which a driver holds while
@@ -10,7 +11,7 @@
 //! `flock` that the kernel (or the cluster filesystem's lock manager, after its lease period)
 //! releases only when the process is gone.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -19,7 +20,9 @@ use serde::{Deserialize, Serialize};
 use upcc_engine::{Dag, Digest, JobsLock, NodeStatus, PlanEntry, Store};
 
 use upcc_model::error::{Error, Result};
-pub use upcc_model::specs::executor::{ExecutorSection, JobResources, SlurmSettings};
+pub use upcc_model::specs::executor::{ExecutorSection, JobResources, SlurmMode, SlurmSettings};
+
+pub mod workers;
 
 /// The user config file: `$UPCC_CONFIG`, else `$XDG_CONFIG_HOME/upcc/config.yaml`, else
 /// `~/.config/upcc/config.yaml`. Its `executor:` section applies where a spec has none.
@@ -130,6 +133,11 @@ pub struct JobRecord {
     pub host: String,
     /// The job's stdout and stderr (Slurm's `--output`).
     pub log: String,
+    /// A worker's record (`training` or `other`) or a detached driver's (`driver`), named by
+    /// its job; `None`: a node's record, named by its recipe (per-node jobs, and the node a
+    /// worker is computing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
 }
 
 /// Whether Slurm jobs were ever submitted against this store.
@@ -143,9 +151,69 @@ pub fn read_record(store: &Store, recipe: &str) -> Option<JobRecord> {
     serde_json::from_slice(&bytes).ok()
 }
 
+/// The spec as jobs and records name it: an absolute path when it is a file.
+pub fn job_spec(spec: &str) -> String {
+    match fs_err::canonicalize(spec) {
+        Ok(p) if p.is_file() => p.display().to_string(),
+        _ => spec.to_string(),
+    }
+}
+
+/// `sbatch --parsable` with a job's name, log, resources, account (the caller adds the
+/// command, and `executor.slurm.sbatch` last).
+fn sbatch_command(name: &str, log: &Path, res: &JobResources, settings: &SlurmSettings) -> Command {
+    let mut cmd = Command::new("sbatch");
+    cmd.arg("--parsable")
+        .arg(format!("--job-name={name}"))
+        .arg(format!("--output={}", log.display()))
+        .arg(format!("--cpus-per-task={}", res.cpus.unwrap_or(1)))
+        .arg(format!("--mem={}M", res.mem_mb.unwrap_or(1024)))
+        .arg(format!(
+            "--time={}",
+            res.time.as_deref().unwrap_or("02:00:00")
+        ));
+    if let Some(p) = res.partition.as_ref().or(settings.partition.as_ref()) {
+        cmd.arg(format!("--partition={p}"));
+    }
+    if let Some(a) = &settings.account {
+        cmd.arg(format!("--account={a}"));
+    }
+    if let Some(g) = res.gpus.filter(|g| *g > 0) {
+        cmd.arg(format!("--gres=gpu:{g}"));
+    }
+    cmd
+}
+
+/// Run `sbatch --parsable …` (`cmd`) and return the job id it printed.
+fn sbatch(cmd: &mut Command, what: &str) -> Result<String> {
+    let o = command_output(cmd, "sbatch")?;
+    if !o.status.success() {
+        return Err(Error::env(format!(
+            "sbatch refused {what}: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        ))
+        .hint("check the partition, account and resources in the `executor.slurm` section (README, On a Slurm cluster)"));
+    }
+    let out = String::from_utf8_lossy(&o.stdout);
+    let id = out.trim().split(';').next().unwrap_or("").to_string();
+    if id.is_empty() || !id.chars().all(|c| c.is_ascii_digit() || c == '_') {
+        return Err(Error::env(format!(
+            "sbatch printed no job id: `{}`",
+            out.trim()
+        )));
+    }
+    Ok(id)
+}
+
 fn write_record(store: &Store, lock: &JobsLock, r: &JobRecord) -> Result<()> {
     let bytes = serde_json::to_vec_pretty(r).expect("record serialises");
     Ok(store.jobs().write(lock, &r.recipe, &bytes)?)
+}
+
+/// Record that a worker's job computes a node now (the record is named by the node's recipe).
+pub fn write_node_record(store: &Store, r: &JobRecord) -> Result<()> {
+    let lock = store.jobs().lock()?;
+    write_record(store, &lock, r)
 }
 
 /// Forget the job of recipe `recipe` (its node is computed, or the job was cancelled).
@@ -293,6 +361,8 @@ fn sh_quote(s: &str) -> String {
 /// How the driver was asked to run, for the jobs' command lines.
 pub struct Invocation {
     pub spec: String,
+    /// The driver's selectors (workers compute what they reach, as the driver plans).
+    pub selectors: Vec<String>,
     pub sets: Vec<String>,
     pub store: PathBuf,
     pub device: Option<String>,
@@ -314,13 +384,11 @@ impl Invocation {
         gpus: Option<String>,
         numerics: String,
     ) -> Invocation {
-        let spec = match fs_err::canonicalize(spec) {
-            Ok(p) if p.is_file() => p.display().to_string(),
-            _ => spec.to_string(),
-        };
+        let spec = job_spec(spec);
         let store = fs_err::canonicalize(store).unwrap_or_else(|_| store.to_path_buf());
         Invocation {
             spec,
+            selectors: Vec::new(),
             sets: sets.to_vec(),
             store,
             device,
@@ -330,7 +398,9 @@ impl Invocation {
         }
     }
 
-    fn job_command(&self, node: &str, recipe: &str, threads: usize) -> Result<String> {
+    /// `UPCC_THREADS=… exec upcc --store … [--device …] [--gpus …]`: what every job's command
+    /// line starts with.
+    fn command_prefix(&self, threads: usize, device: Option<&str>) -> Result<Vec<String>> {
         let exe = std::env::current_exe()
             .map_err(|e| Error::env(format!("cannot find upcc's own executable: {e}")))?;
         let mut words = vec![
@@ -340,27 +410,73 @@ impl Invocation {
             "--store".into(),
             sh_quote(&self.store.display().to_string()),
         ];
-        if let Some(d) = &self.device {
+        if let Some(d) = device {
             words.extend(["--device".into(), sh_quote(d)]);
         }
         if let Some(g) = &self.gpus {
             words.extend(["--gpus".into(), sh_quote(g)]);
         }
-        words.extend([
-            "job".into(),
-            sh_quote(&self.spec),
-            sh_quote(node),
-            "--recipe".into(),
-            recipe.to_string(),
-            "--numerics".into(),
-            sh_quote(&self.numerics),
-        ]);
+        Ok(words)
+    }
+
+    /// `--numerics … --set … --remote …`: the spec as the driver planned it.
+    fn spec_words(&self) -> Vec<String> {
+        let mut words = vec!["--numerics".into(), sh_quote(&self.numerics)];
         for s in &self.sets {
             words.extend(["--set".into(), sh_quote(s)]);
         }
         if let Some(r) = &self.remote {
             words.extend(["--remote".into(), sh_quote(r)]);
         }
+        words
+    }
+
+    fn job_command(&self, node: &str, recipe: &str, threads: usize) -> Result<String> {
+        let mut words = self.command_prefix(threads, self.device.as_deref())?;
+        words.extend([
+            "job".into(),
+            sh_quote(&self.spec),
+            sh_quote(node),
+            "--recipe".into(),
+            recipe.to_string(),
+        ]);
+        words.extend(self.spec_words());
+        Ok(words.join(" "))
+    }
+
+    /// A worker's command line: training workers train on the device the driver planned for
+    /// (the GPU when its class is a GPU's), the others need none.
+    fn worker_command(
+        &self,
+        trains: bool,
+        threads: usize,
+        log: &str,
+        linger: f64,
+    ) -> Result<String> {
+        let device = match (trains, self.numerics.starts_with("cuda")) {
+            (true, true) => "cuda",
+            _ => "cpu",
+        };
+        let mut words = self.command_prefix(threads, Some(device))?;
+        words.extend(workers::worker_words(trains, log, linger));
+        words.push(sh_quote(&self.spec));
+        words.extend(self.selectors.iter().map(|s| sh_quote(s)));
+        words.extend(self.spec_words());
+        Ok(words.join(" "))
+    }
+
+    /// A detached driver's command line: `upcc run --executor slurm` itself, in a job.
+    fn driver_command(&self) -> Result<String> {
+        let mut words = self.command_prefix(1, Some("cpu"))?;
+        words.extend(["run".into(), sh_quote(&self.spec)]);
+        words.extend(self.selectors.iter().map(|s| sh_quote(s)));
+        words.extend(self.spec_words());
+        words.extend([
+            "--executor".into(),
+            "slurm".into(),
+            "--progress".into(),
+            "plain".into(),
+        ]);
         Ok(words.join(" "))
     }
 }
@@ -423,26 +539,8 @@ pub fn submit(
         let trains = node.numerics != "exact";
         let res = settings.resources_for(&node.stage, trains, node.resources.memory_mb, gpu);
         let log = logs.join(format!("{}.%j.out", recipe[i]));
-        let mut cmd = Command::new("sbatch");
-        cmd.arg("--parsable")
-            .arg(format!("--job-name=upcc:{}", node.id))
-            .arg(format!("--output={}", log.display()))
-            .arg("--kill-on-invalid-dep=yes")
-            .arg(format!("--cpus-per-task={}", res.cpus.unwrap_or(1)))
-            .arg(format!("--mem={}M", res.mem_mb.unwrap_or(1024)))
-            .arg(format!(
-                "--time={}",
-                res.time.as_deref().unwrap_or("02:00:00")
-            ));
-        if let Some(p) = &res.partition {
-            cmd.arg(format!("--partition={p}"));
-        }
-        if let Some(a) = &settings.account {
-            cmd.arg(format!("--account={a}"));
-        }
-        if let Some(g) = res.gpus.filter(|g| *g > 0) {
-            cmd.arg(format!("--gres=gpu:{g}"));
-        }
+        let mut cmd = sbatch_command(&format!("upcc:{}", node.id), &log, &res, settings);
+        cmd.arg("--kill-on-invalid-dep=yes");
         if !deps.is_empty() {
             let d: Vec<&str> = deps.iter().map(|s| s.as_str()).collect();
             cmd.arg(format!("--dependency=afterok:{}", d.join(":")));
@@ -452,23 +550,7 @@ pub fn submit(
             "--wrap={}",
             inv.job_command(&node.id, &recipe[i], res.cpus.unwrap_or(1))?
         ));
-        let o = command_output(&mut cmd, "sbatch")?;
-        if !o.status.success() {
-            return Err(Error::env(format!(
-                "sbatch refused the job of node `{}`: {}",
-                node.id,
-                String::from_utf8_lossy(&o.stderr).trim()
-            ))
-            .hint("check the partition, account and resources in the `executor.slurm` section (README, On a Slurm cluster)"));
-        }
-        let out = String::from_utf8_lossy(&o.stdout);
-        let id = out.trim().split(';').next().unwrap_or("").to_string();
-        if id.is_empty() || !id.chars().all(|c| c.is_ascii_digit() || c == '_') {
-            return Err(Error::env(format!(
-                "sbatch printed no job id: `{}`",
-                out.trim()
-            )));
-        }
+        let id = sbatch(&mut cmd, &format!("the job of node `{}`", node.id))?;
         write_record(
             store,
             &lock,
@@ -482,6 +564,7 @@ pub fn submit(
                 user: std::env::var("USER").ok(),
                 host: host.clone(),
                 log: log.display().to_string().replace("%j", &id),
+                worker: None,
             },
         )?;
         jobs.insert(i, id);
@@ -586,8 +669,14 @@ pub fn attach(
     }
 }
 
-/// Cancel the live jobs of these nodes; returns how many were cancelled.
-pub fn cancel(dag: &Dag, entries: &[PlanEntry], store: &Store) -> Result<(usize, usize)> {
+/// Cancel the live jobs of these nodes (but those of `done`, cancelled already); returns how
+/// many were cancelled and how many records cleared.
+pub fn cancel(
+    dag: &Dag,
+    entries: &[PlanEntry],
+    store: &Store,
+    done: &[String],
+) -> Result<(usize, usize)> {
     let lock = store.jobs().lock()?;
     let recipe = recipes(dag);
     let mut records = Vec::new();
@@ -608,6 +697,9 @@ pub fn cancel(dag: &Dag, entries: &[PlanEntry], store: &Store) -> Result<(usize,
         .iter()
         .filter(|(_, r)| states.get(&r.job_id).is_some_and(JobState::alive))
         .map(|(_, r)| r.job_id.as_str())
+        .filter(|id| !done.iter().any(|d| d == id))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
         .collect();
     if !live.is_empty() {
         let o = command_output(Command::new("scancel").args(&live), "scancel")?;
