@@ -22,6 +22,7 @@ pub fn cancel(args: &SpecArgs, env: &Env) -> Result<i32> {
         &store,
         &crate::slurm::job_spec(&args.spec_and_selectors[0]),
         &args.set,
+        true,
     )?;
     let (cancelled, records) = crate::slurm::cancel(&dag, &entries, &store, &workers)?;
     let cancelled = cancelled + workers.len();

@@ -40,18 +40,40 @@ impl Observer for Records<'_> {
                     }
                 }
             }
+            RunEvent::Finished {
+                id,
+                outcome: Outcome::Executed,
+                seconds,
+                ..
+            } => {
+                // As soon as it is published (what the tests count: each node once).
+                eprintln!(
+                    "upcc worker: computed {id} ({:.1} s)",
+                    seconds.unwrap_or(0.0)
+                );
+                self.forget(id);
+            }
             RunEvent::Finished { id, outcome, .. } if outcome != Outcome::Failed => {
-                if let (Some(_), Some(recipe)) = (&self.template, self.recipes.get(id)) {
-                    if let Some(r) = crate::slurm::read_record(self.store, recipe) {
-                        if Some(&r.job_id) == self.template.as_ref().map(|t| &t.job_id) {
-                            let _ = crate::slurm::remove_record(self.store, recipe);
-                        }
-                    }
-                }
+                self.forget(id);
             }
             _ => {}
         }
         self.inner.event(event);
+    }
+}
+
+impl Records<'_> {
+    /// Remove this job's record of node `id` (it is settled).
+    fn forget(&self, id: &str) {
+        {
+            if let (Some(_), Some(recipe)) = (&self.template, self.recipes.get(id)) {
+                if let Some(r) = crate::slurm::read_record(self.store, recipe) {
+                    if Some(&r.job_id) == self.template.as_ref().map(|t| &t.job_id) {
+                        let _ = crate::slurm::remove_record(self.store, recipe);
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -166,11 +188,6 @@ pub fn worker(args: &WorkerArgs, env: &Env) -> Result<i32> {
                 .expect("a restricted node is in the DAG");
             match n.outcome {
                 Outcome::Executed => {
-                    eprintln!(
-                        "upcc worker: computed {} ({:.1} s)",
-                        n.id,
-                        n.duration_s.unwrap_or(0.0)
-                    );
                     computed += 1;
                     progressed = true;
                 }

@@ -224,7 +224,16 @@ fn live_workers(store: &Store, lock: &JobsLock) -> Result<(Vec<JobRecord>, Vec<S
     let states = job_states(&ids)?;
     let (mut live, mut ended) = (Vec::new(), Vec::new());
     for r in records {
-        let st = states.get(&r.job_id).cloned().unwrap_or(JobState::Unknown);
+        let mut st = states.get(&r.job_id).cloned().unwrap_or(JobState::Unknown);
+        if let (JobState::Queued(reason), Some(_)) = (&st, &r.worker) {
+            if super::UNSCHEDULABLE.contains(&reason.as_str()) {
+                // It would wait forever: cancel it and say why.
+                let _ = Command::new("scancel").arg(&r.job_id).output();
+                st = JobState::Ended(format!(
+                    "unstarted: it can never start here ({reason}); lower `executor.slurm.resources`"
+                ));
+            }
+        }
         if st.alive() {
             live.push(r);
         } else if let Some(kind) = r.worker.clone() {
@@ -442,6 +451,13 @@ pub fn drive(
             last_line = line;
         }
         if n_done == dag.len() || (waiting == 0 && !starved) {
+            // This run's workers end on their own once nothing of their kind is left (they
+            // have just published the last nodes); wait for them, so that the run leaves no
+            // job behind. Where nodes failed, those lingering for them are cancelled.
+            if n_done < dag.len() {
+                cancel_workers(store, &inv.spec, &inv.sets, false)?;
+            }
+            wait_for_workers(store, inv, poll)?;
             let mut failed = Vec::new();
             for (i, d) in done.iter().enumerate() {
                 if !d {
@@ -457,6 +473,25 @@ pub fn drive(
                 peak_queued: peak,
                 failed,
             });
+        }
+        std::thread::sleep(poll);
+    }
+}
+
+/// Wait until no worker of this run's spec and overrides is queued or running.
+fn wait_for_workers(store: &Store, inv: &Invocation, poll: Duration) -> Result<()> {
+    loop {
+        let alive = {
+            let lock = store.jobs().lock()?;
+            let (live, _) = live_workers(store, &lock)?;
+            live.iter().any(|r| {
+                matches!(r.worker.as_deref(), Some("training" | "other"))
+                    && r.spec == inv.spec
+                    && r.sets == inv.sets
+            })
+        };
+        if !alive {
+            return Ok(());
         }
         std::thread::sleep(poll);
     }
@@ -501,13 +536,25 @@ pub fn submit_driver(
     Ok((id, true))
 }
 
-/// Cancel the live worker and driver jobs of this spec (and its overrides); returns their ids.
-pub fn cancel_workers(store: &Store, spec: &str, sets: &[String]) -> Result<Vec<String>> {
+/// Cancel the live worker jobs of this spec (and its overrides), and its detached driver's
+/// with `with_driver`; returns their ids.
+pub fn cancel_workers(
+    store: &Store,
+    spec: &str,
+    sets: &[String],
+    with_driver: bool,
+) -> Result<Vec<String>> {
     let lock = store.jobs().lock()?;
     let (live, _) = live_workers(store, &lock)?;
     let ids: Vec<&JobRecord> = live
         .iter()
-        .filter(|r| r.worker.is_some() && r.spec == spec && r.sets == sets)
+        .filter(|r| {
+            r.worker
+                .as_deref()
+                .is_some_and(|w| with_driver || w != "driver")
+                && r.spec == spec
+                && r.sets == sets
+        })
         .collect();
     if ids.is_empty() {
         return Ok(Vec::new());
