@@ -41,6 +41,13 @@ pub fn main_entry() -> i32 {
         gpus: cli.gpus.clone(),
         numerics: cli.numerics.clone(),
         verbose: cli.verbose,
+        announce_device: matches!(
+            cli.command,
+            cli::Command::Run(_)
+                | cli::Command::Job(_)
+                | cli::Command::Worker(_)
+                | cli::Command::Device(_)
+        ),
     };
     let result = match &cli.command {
         cli::Command::Run(a) => commands::run(a, &env),

@@ -23,12 +23,16 @@ fn driver_present() -> bool {
 }
 
 #[test]
-fn auto_falls_back_to_the_cpu_with_one_info_line_when_there_is_no_gpu() {
+fn auto_falls_back_to_the_cpu_with_one_info_line_on_a_run_and_none_on_status() {
     let env = Env::new();
     let spec = env.spec();
-    let r = env.upcc(&["status", &spec]);
+    // A command that trains says it once; one that computes nothing (status) says nothing.
+    let r = env.upcc(&["run", &spec, "stage=features", "--progress", "none"]);
     assert_eq!(r.code, 0, "{r:?}");
     let lines = r.stderr.matches("no GPU here").count();
+    let st = env.upcc(&["status", &spec]);
+    assert_eq!(st.code, 0, "{st:?}");
+    assert!(!st.stderr.contains("no GPU here"), "{st:?}");
     // The JSON says nothing on stderr and names the device and its numerics class instead.
     let j = env.upcc(&["status", &spec, "--json"]);
     assert_eq!(j.code, 0, "{j:?}");

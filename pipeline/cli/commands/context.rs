@@ -50,6 +50,10 @@ pub struct Env {
     /// `--numerics`: the class training nodes are planned with instead of the device's.
     pub numerics: Option<String>,
     pub verbose: u8,
+    /// Whether the command trains or shows the device (`run`, `job`, `worker`, `device`): only
+    /// those say on stderr that there is no GPU and training falls back to the CPU; the others
+    /// (`status`, `explain`, `report`, …) compute nothing and plan quietly.
+    pub announce_device: bool,
 }
 
 impl Env {
@@ -58,7 +62,7 @@ impl Env {
     pub fn compute(&self, quiet: bool) -> Result<std::sync::Arc<Compute>> {
         match &self.numerics {
             Some(n) => Ok(Compute::planned(&check_numerics(n)?)),
-            None => self.device(quiet),
+            None => self.device(quiet || !self.announce_device),
         }
     }
 
