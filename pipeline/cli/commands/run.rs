@@ -489,13 +489,7 @@ pub(crate) fn run_slurm(
     }
     let poll = Duration::from_secs_f64(settings.poll_seconds.unwrap_or(5.0));
     let outcome = crate::slurm::attach(dag, &loaded.spec.file.name, &sub.jobs, store, poll, quiet)?;
-    let touched: BTreeSet<usize> = dag
-        .nodes()
-        .iter()
-        .filter_map(|n| loaded.built.dag.index_of(&n.id))
-        .collect();
-    let mut healed = false;
-    let tables = render_views(loaded, store, &touched, &mut healed)?;
+    let (tables, healed) = render_slurm_views(loaded, dag, store)?;
     let seconds = t0.elapsed().as_secs_f64();
     if args.spec.json {
         let failed: Vec<_> = outcome
@@ -650,13 +644,7 @@ fn run_workers(
         poll,
         quiet,
     )?;
-    let touched: BTreeSet<usize> = dag
-        .nodes()
-        .iter()
-        .filter_map(|n| loaded.built.dag.index_of(&n.id))
-        .collect();
-    let mut healed = false;
-    let tables = render_views(loaded, store, &touched, &mut healed)?;
+    let (tables, healed) = render_slurm_views(loaded, dag, store)?;
     let seconds = t0.elapsed().as_secs_f64();
     let recipes = crate::slurm::recipes(dag);
     if args.spec.json {
@@ -703,4 +691,21 @@ fn run_workers(
     } else {
         1
     })
+}
+
+/// The views of the targets a Slurm run touched, from the store (and whether corrupt results
+/// were quarantined while reading them).
+fn render_slurm_views(
+    loaded: &Loaded,
+    dag: &upcc_engine::Dag,
+    store: &Store,
+) -> Result<(Vec<(String, String)>, bool)> {
+    let touched: BTreeSet<usize> = dag
+        .nodes()
+        .iter()
+        .filter_map(|n| loaded.built.dag.index_of(&n.id))
+        .collect();
+    let mut healed = false;
+    let tables = render_views(loaded, store, &touched, &mut healed)?;
+    Ok((tables, healed))
 }
