@@ -67,6 +67,34 @@ pub enum Command {
     /// numerics class and facts, and check that it works: on a GPU this opens it and compiles
     /// and loads the kernels, as a run would.
     Device(DeviceArgs),
+    /// The key that signs the results you compute: make one, or print its public half for
+    /// colleagues to trust.
+    Key(KeyArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct KeyArgs {
+    #[command(subcommand)]
+    pub command: KeyCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum KeyCommand {
+    /// Make a key pair: the secret in a file only you can read, the public key on stdout.
+    Generate {
+        /// The key's name (default: user@host); shown wherever a result it signed is refused.
+        #[arg(long)]
+        name: Option<String>,
+        /// Where to write the secret key (default: $UPCC_SIGNING_KEY, else
+        /// ~/.config/upcc/signing-key).
+        #[arg(long, value_name = "PATH")]
+        out: Option<PathBuf>,
+        /// Replace a key that is there.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Print your public key (NAME:BASE64).
+    Show,
 }
 
 #[derive(Args, Debug)]
@@ -90,7 +118,8 @@ impl Command {
             | Command::Gc(_)
             | Command::Report(_)
             | Command::Job(_)
-            | Command::Worker(_) => false,
+            | Command::Worker(_)
+            | Command::Key(_) => false,
         }
     }
 }

@@ -58,6 +58,18 @@ pub fn remote() -> Option<String> {
     std::env::var_os("UPCC_REMOTE").map(|v| v.to_string_lossy().into_owned())
 }
 
+/// The key file that signs the results this user computes: `$UPCC_SIGNING_KEY`.
+pub fn signing_key() -> Option<PathBuf> {
+    std::env::var_os("UPCC_SIGNING_KEY")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+/// Public keys trusted besides the user config's: `$UPCC_TRUSTED_KEYS`.
+pub fn trusted_keys() -> Option<String> {
+    std::env::var_os("UPCC_TRUSTED_KEYS").map(|v| v.to_string_lossy().into_owned())
+}
+
 /// A folder of dataset files put there by hand (for offline machines): `$UPCC_DATA_MIRROR`.
 pub fn data_mirror() -> Option<PathBuf> {
     std::env::var_os("UPCC_DATA_MIRROR").map(PathBuf::from)

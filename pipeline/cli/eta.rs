@@ -61,7 +61,7 @@ impl History {
     pub fn read(store: &Store) -> Result<History> {
         let mut past = Vec::new();
         for key in store.list_manifests()? {
-            if let Ok(Some(m)) = store.read_manifest(&key) {
+            if let Ok(Some(m)) = store.read_manifest_intact(&key) {
                 past.push(Past {
                     stage: m.material.stage.clone(),
                     numerics: m.material.numerics.clone(),

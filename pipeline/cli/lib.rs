@@ -9,6 +9,7 @@ pub mod eta;
 pub mod progress;
 pub mod remote;
 pub mod slurm;
+pub mod trust;
 
 use clap::Parser;
 
@@ -62,6 +63,7 @@ pub fn main_entry() -> i32 {
         cli::Command::Job(a) => commands::job(a, &env),
         cli::Command::Worker(a) => commands::worker(a, &env),
         cli::Command::Device(a) => commands::device(a, &env),
+        cli::Command::Key(a) => commands::key(a),
     };
     match result {
         Ok(code) => code,

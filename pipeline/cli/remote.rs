@@ -11,7 +11,9 @@ use std::time::{Duration, UNIX_EPOCH};
 use futures_util::TryStreamExt;
 use object_store::path::Path as OsPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutOptions, PutPayload};
-use upcc_engine::{Bucket, BucketError, Listed, Put, PutMode, RemoteCache};
+use upcc_engine::{
+    Bucket, BucketError, DirBucket, Got, Listed, Listing, Put, PutMode, RemoteCache, Trust,
+};
 
 use upcc_model::error::{Error, Result};
 
@@ -56,15 +58,120 @@ pub fn choose(
 
 /// Open the remote at `url` (checked now: a URL upcc cannot use is an error naming where it
 /// came from, exit 2, before anything runs). No request is made yet.
-pub fn open(url: &str, origin: RemoteOrigin, warn_on_stderr: bool) -> Result<Arc<RemoteCache>> {
-    let bucket = ObjectStoreBucket::new(url).map_err(|why| {
+pub fn open(
+    url: &str,
+    origin: RemoteOrigin,
+    warn_on_stderr: bool,
+    trust: Arc<Trust>,
+) -> Result<Arc<RemoteCache>> {
+    let bad = |why: String| {
         Error::user(format!(
-            "remote `{url}` (from {}) cannot be used: {why}",
+            "remote `{}` (from {}) cannot be used: {why}",
+            redact(url),
             origin.name()
         ))
         .hint("a remote is s3://BUCKET[/PREFIX], gs://BUCKET[/PREFIX], az://CONTAINER[/PREFIX] or file:///ABSOLUTE/PATH; `--remote off` works without one")
+    };
+    let bucket: Box<dyn Bucket> = match url.split_once("://") {
+        Some(("file", rest)) => {
+            let path = std::path::Path::new(rest);
+            if !path.is_absolute() {
+                return Err(bad(
+                    "a file:// remote needs an absolute path (file:///shared/upcc-cache)".into(),
+                ));
+            }
+            Box::new(DirBucket::new(path).map_err(|e| bad(e.0))?)
+        }
+        _ => Box::new(ObjectStoreBucket::new(url).map_err(bad)?),
+    };
+    Ok(Arc::new(RemoteCache::new(bucket, warn_on_stderr, trust)))
+}
+
+/// `url` with any `user:password@` before the bucket replaced, for messages.
+fn redact(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let authority = rest.split('/').next().unwrap_or(rest);
+            match authority.rsplit_once('@') {
+                Some((_, host)) => format!("{scheme}://…@{host}{}", &rest[authority.len()..]),
+                None => url.to_string(),
+            }
+        }
+        None => url.to_string(),
+    }
+}
+
+/// A bucket name by S3's rules (3 to 63 lowercase letters, digits, `.` and `-`, starting and
+/// ending with a letter or digit, no `..`, not an IP address); Google's add `_`; Azure
+/// containers have no `.`.
+fn check_bucket(scheme: &str, name: &str) -> std::result::Result<(), String> {
+    let what = if scheme == "az" {
+        "container"
+    } else {
+        "bucket"
+    };
+    let extra = match scheme {
+        "gs" => "._-",
+        "az" => "-",
+        _ => ".-",
+    };
+    let ok_chars = name
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || extra.contains(c));
+    let ends = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    if !(3..=63).contains(&name.len())
+        || !ok_chars
+        || !ends(name.chars().next())
+        || !ends(name.chars().last())
+        || name.contains("..")
+        || name.parse::<std::net::Ipv4Addr>().is_ok()
+    {
+        return Err(format!(
+            "`{}` is not a valid {what} name: 3 to 63 lowercase letters, digits{}, starting and ending with a letter or digit",
+            if name.contains('@') { "…" } else { name },
+            match scheme {
+                "gs" => ", `.`, `_` and `-`",
+                "az" => " and `-`",
+                _ => ", `.` and `-`",
+            }
+        ));
+    }
+    Ok(())
+}
+
+/// The prefix inside the bucket: `/`-separated names, none empty, `.` or `..`.
+fn check_prefix(prefix: &str) -> std::result::Result<(), String> {
+    if prefix.is_empty() {
+        return Ok(());
+    }
+    for seg in prefix.split('/') {
+        if seg.is_empty() || seg == "." || seg == ".." || seg.chars().any(|c| c.is_control()) {
+            return Err(format!(
+                "the prefix `{prefix}` has an empty, `.` or `..` part or a control character"
+            ));
+        }
+    }
+    OsPath::parse(prefix)
+        .map(|_| ())
+        .map_err(|e| format!("the prefix `{prefix}` is not usable: {e}"))
+}
+
+/// An S3 endpoint from the environment: an http(s) URL with a host, nothing else.
+fn check_endpoint(var: &str, value: &str) -> std::result::Result<(), String> {
+    let u = url::Url::parse(value).map_err(|e| {
+        format!("environment variable {var}=`{value}` is not a URL ({e}); it must be like http://127.0.0.1:9000 or https://s3.example.org")
     })?;
-    Ok(Arc::new(RemoteCache::new(Box::new(bucket), warn_on_stderr)))
+    if !matches!(u.scheme(), "http" | "https") || u.host_str().is_none_or(str::is_empty) {
+        return Err(format!(
+            "environment variable {var}=`{value}` must be an http:// or https:// URL with a host"
+        ));
+    }
+    if !u.username().is_empty() || u.password().is_some() {
+        return Err(format!(
+            "environment variable {var} must not carry credentials (use AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
+        ));
+    }
+    Ok(())
 }
 
 /// A bucket (and a prefix in it) reached through `object_store`, driven by a small tokio
@@ -100,6 +207,26 @@ impl ObjectStoreBucket {
         let (store, prefix): (Arc<dyn ObjectStore>, String) = match scheme {
             "s3" | "s3a" => {
                 let (bucket, prefix) = split_bucket(rest)?;
+                check_bucket("s3", &bucket)?;
+                check_prefix(&prefix)?;
+                for var in ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"] {
+                    if let Ok(v) = std::env::var(var) {
+                        check_endpoint(var, &v)?;
+                    }
+                }
+                for var in ["AWS_REGION", "AWS_DEFAULT_REGION"] {
+                    if let Ok(v) = std::env::var(var) {
+                        if v.is_empty()
+                            || !v
+                                .chars()
+                                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                        {
+                            return Err(format!(
+                                "environment variable {var}=`{v}` is not a region (like us-east-1)"
+                            ));
+                        }
+                    }
+                }
                 let mut b = object_store::aws::AmazonS3Builder::from_env()
                     .with_bucket_name(bucket)
                     .with_client_options(client)
@@ -121,6 +248,8 @@ impl ObjectStoreBucket {
             }
             "gs" => {
                 let (bucket, prefix) = split_bucket(rest)?;
+                check_bucket("gs", &bucket)?;
+                check_prefix(&prefix)?;
                 let b = object_store::gcp::GoogleCloudStorageBuilder::from_env()
                     .with_bucket_name(bucket)
                     .with_client_options(client)
@@ -129,25 +258,13 @@ impl ObjectStoreBucket {
             }
             "az" | "azure" | "abfs" | "abfss" => {
                 let (container, prefix) = split_bucket(rest)?;
+                check_bucket("az", &container)?;
+                check_prefix(&prefix)?;
                 let b = object_store::azure::MicrosoftAzureBuilder::from_env()
                     .with_container_name(container)
                     .with_client_options(client)
                     .with_retry(retry);
                 (Arc::new(b.build().map_err(|e| e.to_string())?), prefix)
-            }
-            "file" => {
-                let path = std::path::Path::new(rest);
-                if !path.is_absolute() {
-                    return Err(
-                        "a file:// remote needs an absolute path (file:///shared/upcc-cache)"
-                            .into(),
-                    );
-                }
-                fs_err::create_dir_all(path).map_err(|e| e.to_string())?;
-                let fs = object_store::local::LocalFileSystem::new_with_prefix(path)
-                    .map_err(|e| e.to_string())?
-                    .with_automatic_cleanup(true);
-                (Arc::new(fs), String::new())
             }
             other => {
                 return Err(format!(
@@ -175,6 +292,22 @@ impl ObjectStoreBucket {
         } else {
             OsPath::from(format!("{}/{rel}", self.prefix))
         }
+    }
+
+    fn list_under(&self, rel: &str) -> std::result::Result<Vec<Listed>, object_store::Error> {
+        let p = self.path(rel);
+        let metas: Vec<object_store::ObjectMeta> = self
+            .rt
+            .block_on(async { self.store.list(Some(&p)).try_collect().await })?;
+        Ok(metas
+            .into_iter()
+            .map(|m| Listed {
+                path: self.relative(&m.location),
+                bytes: m.size,
+                modified: UNIX_EPOCH
+                    + Duration::from_secs(u64::try_from(m.last_modified.timestamp()).unwrap_or(0)),
+            })
+            .collect())
     }
 
     fn relative(&self, full: &OsPath) -> String {
@@ -228,14 +361,27 @@ impl Bucket for ObjectStoreBucket {
         self.url.clone()
     }
 
-    fn get(&self, path: &str) -> std::result::Result<Option<Vec<u8>>, BucketError> {
+    fn get(&self, path: &str, max_bytes: u64) -> std::result::Result<Got, BucketError> {
         let p = self.path(path);
         self.rt.block_on(async {
-            match self.store.get(&p).await {
-                Ok(r) => Ok(Some(r.bytes().await.map_err(err)?.to_vec())),
-                Err(object_store::Error::NotFound { .. }) => Ok(None),
-                Err(e) => Err(err(e)),
+            let r = match self.store.get(&p).await {
+                Ok(r) => r,
+                Err(object_store::Error::NotFound { .. }) => return Ok(Got::Absent),
+                Err(e) => return Err(err(e)),
+            };
+            // The size the server states (Content-Length), before any of the body is read.
+            if r.meta.size > max_bytes {
+                return Ok(Got::TooLarge(r.meta.size));
             }
+            let mut out = Vec::with_capacity(usize::try_from(r.meta.size).unwrap_or(0));
+            let mut body = r.into_stream();
+            while let Some(chunk) = body.try_next().await.map_err(err)? {
+                if (out.len() + chunk.len()) as u64 > max_bytes {
+                    return Ok(Got::TooLarge((out.len() + chunk.len()) as u64));
+                }
+                out.extend_from_slice(&chunk);
+            }
+            Ok(Got::Bytes(out))
         })
     }
 
@@ -274,21 +420,31 @@ impl Bucket for ObjectStoreBucket {
         })
     }
 
-    fn list(&self, prefix: &str) -> std::result::Result<Vec<Listed>, BucketError> {
-        let p = self.path(prefix);
-        let metas: Vec<object_store::ObjectMeta> = self
-            .rt
-            .block_on(async { self.store.list(Some(&p)).try_collect().await })
-            .map_err(err)?;
-        Ok(metas
-            .into_iter()
-            .map(|m| Listed {
-                path: self.relative(&m.location),
-                bytes: m.size,
-                modified: UNIX_EPOCH
-                    + Duration::from_secs(u64::try_from(m.last_modified.timestamp()).unwrap_or(0)),
-            })
-            .collect())
+    fn list(&self, prefix: &str) -> std::result::Result<Listing, BucketError> {
+        let mut out = Listing::default();
+        match self.list_under(prefix) {
+            Ok(entries) => out.entries = entries,
+            // A key the client cannot represent (an empty or `..` segment) fails the whole
+            // listing: list the 256 fan-out folders one by one instead, and skip those that
+            // fail that way (results under them are still fetched by key).
+            Err(object_store::Error::InvalidPath { source }) => {
+                for i in 0..=255u8 {
+                    let sub = format!("{prefix}/{i:02x}");
+                    match self.list_under(&sub) {
+                        Ok(entries) => out.entries.extend(entries),
+                        Err(object_store::Error::InvalidPath { source }) => {
+                            out.skipped.push(format!("{sub}/… ({source})"))
+                        }
+                        Err(e) => return Err(err(e)),
+                    }
+                }
+                out.skipped.push(format!(
+                    "a key outside upcc's {prefix}/XX/ folders ({source})"
+                ));
+            }
+            Err(e) => return Err(err(e)),
+        }
+        Ok(out)
     }
 
     fn delete(&self, path: &str) -> std::result::Result<(), BucketError> {

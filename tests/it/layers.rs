@@ -15,9 +15,10 @@ const CLI: &[(&str, &[&str])] = &[
     ("eta", &[]),
     ("slurm", &["env", "eta"]),
     ("remote", &["env"]),
+    ("trust", &["env", "slurm"]),
     (
         "commands",
-        &["cli", "env", "eta", "progress", "remote", "slurm"],
+        &["cli", "env", "eta", "progress", "remote", "slurm", "trust"],
     ),
 ];
 

@@ -32,4 +32,5 @@ mod snapshots;
 mod soft_gpu;
 mod specs;
 mod targets;
+mod trust;
 mod util;

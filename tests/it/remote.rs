@@ -731,3 +731,75 @@ fn a_folder_remote_shares_results_too() {
     );
     assert_eq!(rel.code, 2, "{rel:?}");
 }
+
+/// A PUT of `body` at the raw `key` (no client normalises it: `//` and `..` stay), unsigned,
+/// as anyone with write access could.
+fn raw_put(endpoint: &str, key: &str, body: &[u8]) {
+    let hostport = endpoint.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(hostport).unwrap();
+    write!(
+        s,
+        "PUT /{BUCKET}/{key} HTTP/1.1\r\nHost: {hostport}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    s.write_all(body).unwrap();
+    let mut reply = String::new();
+    let _ = s.read_to_string(&mut reply);
+    assert!(reply.starts_with("HTTP/1.1 200"), "{key}: {reply}");
+}
+
+/// R4: stray keys with an empty or `..` segment under the prefix no longer turn the cache off
+/// (every result still downloads) or stop `gc --remote`. R3: an object far larger than its
+/// manifest states is refused by its stated size, not read into memory.
+#[test]
+fn stray_keys_are_skipped_and_a_huge_object_is_refused_unread() {
+    let Some(server) = S3Server::start() else {
+        return;
+    };
+    let env = Env::new();
+    let ep = server.endpoint();
+    let (a, _) = run_json(&env, "a", &ep, REMOTE);
+    assert_eq!(a["executed"], TINY_NODES);
+    raw_put(&ep, "team/nodes//ab/x.json", b"{}");
+    raw_put(&ep, "team/objects/../../evil", b"x");
+    let (b, r) = run_json(&env, "b", &ep, REMOTE);
+    assert_eq!(b["downloaded"], TINY_NODES, "{r:?}");
+    assert!(!r.stderr.contains("cannot be used"), "{r:?}");
+    let spec = env.spec();
+    let g = s3(
+        &env,
+        "b",
+        &ep,
+        &["gc", &spec, "--remote", REMOTE, "--dry-run"],
+    );
+    assert_eq!(g.code, 0, "{g:?}");
+
+    // The largest object of the run, replaced by 64 MiB: refused by its size.
+    // (Found in store a: the bucket's own listing now fails on the stray keys, as a client
+    // that lists naively does.)
+    let mut largest = (String::new(), 0u64);
+    for d in std::fs::read_dir(env.path("a/objects")).unwrap().flatten() {
+        for f in std::fs::read_dir(d.path()).unwrap().flatten() {
+            let n = f.metadata().unwrap().len();
+            if n > largest.1 {
+                let name = format!(
+                    "team/objects/{}/{}",
+                    d.file_name().to_string_lossy(),
+                    f.file_name().to_string_lossy()
+                );
+                largest = (name, n);
+            }
+        }
+    }
+    let (path, bytes) = largest;
+    server.client().put(&path, vec![0u8; 64 << 20]);
+    let (c, r) = run_json(&env, "c", &ep, REMOTE);
+    assert!(c["executed"].as_u64().unwrap() >= 1, "{r:?}");
+    assert!(
+        r.stderr
+            .contains(&format!("{} bytes where {bytes} were expected", 64 << 20))
+            && r.stderr.contains("without reading it"),
+        "{r:?}"
+    );
+}

@@ -23,14 +23,25 @@ pub fn store_path(flag: &Option<PathBuf>) -> PathBuf {
 }
 
 pub(crate) fn open_store(flag: &Option<PathBuf>, create: bool) -> Result<Store> {
+    open_store_with(flag, create, false)
+}
+
+/// [`open_store`] for a command that computes results (`run`, `job`, `worker`): its signing
+/// key is read, or made where there is none.
+pub(crate) fn open_store_to_compute(flag: &Option<PathBuf>, create: bool) -> Result<Store> {
+    open_store_with(flag, create, true)
+}
+
+fn open_store_with(flag: &Option<PathBuf>, create: bool, compute: bool) -> Result<Store> {
     let path = store_path(flag);
     let shared = crate::env::store_shared();
+    let trust = crate::trust::store_trust(compute)?;
     let r = if create {
         Store::open_or_create(&path, shared)
     } else {
         Store::open_existing(&path)
     };
-    r.map_err(|e| {
+    r.map(|s| s.with_trust(trust)).map_err(|e| {
         let err: Error = e.into();
         err.hint("the store is chosen by --store DIR, else $UPCC_STORE, else `artifacts/`")
     })
@@ -307,7 +318,7 @@ pub(crate) fn status_word(s: NodeStatus) -> &'static str {
 pub(crate) fn numerics_classes(store: &Store) -> Result<BTreeSet<String>> {
     let mut classes = BTreeSet::from([Compute::cpu().numerics()]);
     for key in store.list_manifests()? {
-        if let Ok(Some(m)) = store.read_manifest(&key) {
+        if let Ok(Some(m)) = store.read_manifest_intact(&key) {
             if m.material.numerics != "exact" {
                 classes.insert(m.material.numerics.clone());
             }
@@ -326,7 +337,9 @@ pub(crate) fn remote_for(
     let config = crate::slurm::user_config_remote()?;
     match crate::remote::choose(flag, spec.file.remote.as_deref(), config.as_deref()) {
         None => Ok(None),
-        Some((url, origin)) => crate::remote::open(&url, origin, true).map(Some),
+        Some((url, origin)) => {
+            crate::remote::open(&url, origin, true, crate::trust::remote_trust()?).map(Some)
+        }
     }
 }
 

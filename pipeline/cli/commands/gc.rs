@@ -109,7 +109,23 @@ fn describe(r: &upcc_engine::store::GcReport, dry_run: bool) -> String {
         r.manifests_kept,
         r.kept_because_recent,
         r.objects_kept
-    )
+    ) + &if r.skipped.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; skipped {} entries that are not upcc's (never deleted: {}{})",
+            r.skipped.len(),
+            r.skipped.iter().take(3).cloned().collect::<Vec<_>>().join(", "),
+            if r.skipped.len() > 3 { ", …" } else { "" }
+        )
+    } + &if r.raced_results_removed > 0 {
+        format!(
+            "; {} results published during the deletions listed a deleted object and were removed too (computed again when asked)",
+            r.raced_results_removed
+        )
+    } else {
+        String::new()
+    }
 }
 
 /// The numerics classes of the training results on the remote (every manifest read once).

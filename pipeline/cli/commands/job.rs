@@ -42,7 +42,7 @@ pub fn job(args: &JobArgs, env: &Env) -> Result<i32> {
         loaded = load_with(&spec_args, threads, real)?;
     }
     let dag = loaded.built.dag.restrict(&[i]);
-    let store = open_store(&env.store, false)?;
+    let store = open_store_to_compute(&env.store, false)?;
     let entries = plan(&dag, &store, &loaded.spec.file.name)?;
     let last = dag
         .index_of(node_id)

@@ -217,7 +217,7 @@ pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
             .unwrap_or_else(|_| Store::view_nonexistent(&store_path(store_flag)));
         return run_slurm(args, env, &loaded, &dag, &store, &section.slurm, t0);
     }
-    let store = open_store(store_flag, true)?;
+    let store = open_store_to_compute(store_flag, true)?;
     if executor == ExecutorArg::Slurm {
         if let Some(r) = &remote {
             // What the remote holds is downloaded here, not submitted as jobs.
@@ -374,9 +374,11 @@ pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
     }
     if let Some(r) = &remote {
         let s = r.stats();
-        if s.nodes_uploaded + s.nodes_downloaded + s.refused > 0 || r.unreachable().is_some() {
+        if s.nodes_uploaded + s.nodes_downloaded + s.refused + s.untrusted > 0
+            || r.unreachable().is_some()
+        {
             eprintln!(
-                "upcc: remote `{}`: {} results downloaded ({:.1} MiB), {} uploaded ({:.1} MiB){}{}",
+                "upcc: remote `{}`: {} results downloaded ({:.1} MiB), {} uploaded ({:.1} MiB){}{}{}",
                 r.describe(),
                 s.nodes_downloaded,
                 s.bytes_downloaded as f64 / 1048576.0,
@@ -384,6 +386,11 @@ pub fn run(args: &RunArgs, env: &Env) -> Result<i32> {
                 s.bytes_uploaded as f64 / 1048576.0,
                 if s.refused > 0 {
                     format!(", {} refused as corrupt or incomplete", s.refused)
+                } else {
+                    String::new()
+                },
+                if s.untrusted > 0 {
+                    format!(", {} not served (signer not trusted)", s.untrusted)
                 } else {
                     String::new()
                 },

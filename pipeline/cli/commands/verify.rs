@@ -43,6 +43,13 @@ pub fn verify(store_flag: &Option<PathBuf>) -> Result<i32> {
             report.stale_temp_files_removed
         );
     }
+    for (signer, n) in &report.untrusted {
+        let _ = writeln!(
+            o,
+            "{n} intact result{} signed by {signer}, a key this store's trust policy does not list: kept, not served (`run` computes them again)",
+            if *n == 1 { "" } else { "s" }
+        );
+    }
     if report.is_clean() {
         let _ = writeln!(o, "store is intact");
         Ok(0)

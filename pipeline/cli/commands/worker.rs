@@ -110,7 +110,7 @@ pub fn worker(args: &WorkerArgs, env: &Env) -> Result<i32> {
     // The nodes the driver's targets and selectors reach, as its DAG has them.
     let roots = selectors::roots(&loaded.selection, &loaded.built)?;
     let dag = &loaded.built.dag.restrict(&roots);
-    let store = open_store(&env.store, false)?;
+    let store = open_store_to_compute(&env.store, false)?;
     let recipes: BTreeMap<String, String> = dag
         .nodes()
         .iter()

@@ -44,6 +44,14 @@ struct UserConfig {
     /// The remote cache where neither flag, environment nor spec names one.
     #[serde(default)]
     remote: Option<String>,
+    /// Whose results are served, and the keys trusted (read by the trust module).
+    #[serde(default)]
+    trust: Option<serde_yaml_ng::Value>,
+}
+
+/// The user config file's `trust:` section as written, if it has one.
+pub fn user_config_trust() -> Result<Option<serde_yaml_ng::Value>> {
+    Ok(read_user_config()?.and_then(|c| c.trust))
 }
 
 /// The user config file's `remote:`, if it has one.
@@ -59,7 +67,7 @@ fn read_user_config() -> Result<Option<UserConfig>> {
         .map_err(|e| Error::user(format!("cannot read `{}`: {e}", path.display())))?;
     serde_yaml_ng::from_str(&text).map(Some).map_err(|e| {
         Error::user(format!("`{}`: {e}", path.display()))
-            .hint("the user config holds `executor: {kind: slurm, slurm: {...}}` and `remote: URL` (README, On a Slurm cluster; Sharing results through a remote cache)")
+            .hint("the user config holds `executor: {kind: slurm, slurm: {...}}`, `remote: URL` and `trust: {keys: [...], store: signed|any, remote: signed|any}` (README, On a Slurm cluster; Sharing results through a remote cache)")
     })
 }
 

@@ -1003,8 +1003,9 @@ impl Job {
                 libraries: p.libraries.clone(),
             },
             seal: None,
+            signature: None,
         };
-        self.store.write_manifest(&manifest)?;
+        let manifest = self.store.write_manifest(&manifest)?;
         self.store.write_log(&self.key, log)?;
         update_ref(
             &self.store,

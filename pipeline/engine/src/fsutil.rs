@@ -137,6 +137,93 @@ pub fn peak_rss_bytes() -> Option<u64> {
     Some(kb * 1024)
 }
 
+/// Open `path` for reading only if it is a regular file: a symbolic link is not followed (a
+/// link planted in a store or a `file://` remote could point anywhere: `/dev/zero`, a FIFO,
+/// another user's files) and a FIFO, socket or device is refused without blocking on it.
+/// The error is `InvalidData` naming what was found.
+#[allow(clippy::disallowed_methods)] // the error is given the path below
+pub fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("`{}` is a symbolic link, not a file", path.display()),
+                )
+            } else {
+                std::io::Error::new(e.kind(), format!("`{}`: {e}", path.display()))
+            }
+        })?;
+    let kind = f.metadata()?.file_type();
+    if !kind.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("`{}` is not a regular file ({kind:?})", path.display()),
+        ));
+    }
+    Ok(f)
+}
+
+/// The bytes of regular file `path` ([`open_regular`]), at most `cap` of them: a file larger
+/// than `cap` is `InvalidData`, read no further.
+pub fn read_regular_capped(path: &Path, cap: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let f = open_regular(path)?;
+    let mut out = Vec::new();
+    f.take(cap.saturating_add(1)).read_to_end(&mut out)?;
+    if out.len() as u64 > cap {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("`{}` is larger than {cap} bytes", path.display()),
+        ));
+    }
+    Ok(out)
+}
+
+/// The name of user `uid` from `/etc/passwd`, else `uid N`.
+fn user_name(uid: u32) -> String {
+    fs_err::read_to_string("/etc/passwd")
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                let f: Vec<&str> = l.split(':').collect();
+                (f.len() > 2 && f[2] == uid.to_string()).then(|| format!("user `{}`", f[0]))
+            })
+        })
+        .unwrap_or_else(|| format!("uid {uid}"))
+}
+
+/// After "Permission denied" on `path` in a store: whose folder it is and how a store is
+/// shared between users.
+pub fn permission_note(path: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let mut at = Some(path);
+    while let Some(p) = at {
+        if let Ok(m) = fs_err::metadata(p) {
+            if m.is_dir() {
+                let owner = user_name(m.uid());
+                return if m.mode() & 0o020 == 0 {
+                    format!(
+                        "`{}` belongs to {owner} and is not group-writable: the store is not shared. A store several users compute into is created group-shared (`UPCC_STORE_SHARED=1`, README: Sharing a store); otherwise use a store of your own (--store DIR)",
+                        p.display()
+                    )
+                } else {
+                    format!(
+                        "`{}` belongs to {owner} and its group may write: check that you are a member of its group (`id`)",
+                        p.display()
+                    )
+                };
+            }
+        }
+        at = p.parent();
+    }
+    String::new()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -134,10 +134,12 @@ pub enum LeaseAttempt {
 /// Errors of leasing.
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
-    #[error("cannot open lock file `{path}`: {source}")]
+    #[error("cannot open lock file `{path}`: {source}{note}")]
     Open {
         path: PathBuf,
         source: std::io::Error,
+        /// After "Permission denied": whose store it is and how to share one.
+        note: String,
     },
     #[error(
         "the store's filesystem does not support file locks on `{path}` ({source}); \
@@ -183,7 +185,8 @@ fn silent(path: &Path, timing: &LeaseTiming) -> bool {
 // mapped to LeaseError::Open, which names the path.
 #[allow(clippy::disallowed_methods)]
 fn open_lock(path: &Path) -> Result<File, LeaseError> {
-    std::fs::OpenOptions::new()
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
@@ -191,8 +194,29 @@ fn open_lock(path: &Path) -> Result<File, LeaseError> {
         .open(path)
         .map_err(|source| LeaseError::Open {
             path: path.to_path_buf(),
+            note: if source.kind() == std::io::ErrorKind::PermissionDenied {
+                format!(" ({})", crate::fsutil::permission_note(path))
+            } else {
+                String::new()
+            },
             source,
-        })
+        })?;
+    // In a group-shared store (folders 2775) every member must be able to take this lock
+    // later: make it group-writable whatever the creator's umask (only its owner can).
+    let shared_dir = path
+        .parent()
+        .and_then(|d| fs_err::metadata(d).ok())
+        .is_some_and(|m| m.mode() & 0o2020 == 0o2020);
+    if shared_dir {
+        if let Ok(m) = file.metadata() {
+            // SAFETY: geteuid has no preconditions and cannot fail.
+            let me = unsafe { libc::geteuid() };
+            if m.mode() & 0o060 != 0o060 && m.uid() == me {
+                let _ = file.set_permissions(std::fs::Permissions::from_mode(0o664));
+            }
+        }
+    }
+    Ok(file)
 }
 
 /// `flock` the file at `path` (created if absent), waiting while another process holds it:

@@ -17,6 +17,7 @@ pub mod plan;
 pub mod remote;
 pub mod store;
 pub mod task;
+pub mod trust;
 
 pub use dag::{Dag, DagBuilder, InputDef, NodeDef, NodeIndex, Source, SourceLocation};
 pub use digest::{Artifact, Digest, NodeKeyTag};
@@ -28,9 +29,13 @@ pub use jobs::{JobBook, JobsLock};
 pub use key::{KeyChange, KeyMaterial, KEY_SCHEMA_VERSION};
 pub use lease::{LeaseHolder, LeaseTiming};
 pub use plan::{plan, plan_with, NodeStatus, PlanEntry};
-pub use remote::{Bucket, BucketError, Listed, Put, PutMode, RemoteCache, RemoteStats, Uploaded};
+pub use remote::{
+    Bucket, BucketError, DirBucket, Got, Listed, Listing, Put, PutMode, RemoteCache, RemoteStats,
+    Uploaded,
+};
 pub use store::{Manifest, OutputRecord, Provenance, RefRecord, Store, StoreError};
 pub use task::{PendingOutput, Resources, Task, TaskContext, TaskError};
+pub use trust::{Distrust, Policy, PublicKey, SecretKey, SignatureRecord, Trust};
 
 #[cfg(test)]
 #[allow(clippy::disallowed_methods)] // tests use std::fs freely

@@ -6,11 +6,13 @@
 //! objects/ab/cdef…           object bytes, name = blake3 of the bytes
 //! nodes/ab/cdef….json        sealed manifest of node key abcdef…
 //! ```
-//! Nothing from the remote is trusted: a manifest is used only when it is filed under the key
-//! its key material hashes to and its seal holds, and every object is checked against the
-//! digest and size the manifest gives before it enters the local store; a corrupt or missing
+//! Nothing from the remote is taken on its word: a manifest is used only when it is filed under
+//! the key its key material hashes to, its seal holds, and its signature verifies under a key
+//! the remote's trust policy names ([`crate::trust`]; or the policy trusts every writer, an
+//! explicit choice); every object is checked against the digest and size the manifest gives,
+//! and read no further than that size, before it enters the local store. A corrupt or missing
 //! object is refused, reported once, and the node computed locally (its upload then replaces
-//! what was corrupt). Uploads write the objects first and the manifest last, created only if
+//! what was corrupt). Keys under the prefix that are not upcc's are skipped and reported. Uploads write the objects first and the manifest last, created only if
 //! absent, so a reader never sees a manifest whose objects are missing, and two machines that
 //! computed the same key never serve a mix. A remote that cannot be reached is reported once and
 //! then left alone for the rest of the process: work goes on locally.
@@ -24,8 +26,14 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
+use std::sync::Arc;
+
 use crate::digest::{Artifact, Digest, NodeKeyTag};
 use crate::store::{GcReport, Manifest, Store, StoreError};
+use crate::trust::Trust;
+
+/// The largest manifest read from a remote (a real one is a few KiB).
+const MANIFEST_CAP: u64 = 16 << 20;
 
 /// A transport or server failure (not "not found"): the remote is treated as unreachable.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +57,24 @@ pub enum Put {
     AlreadyExists,
 }
 
+/// What a get found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Got {
+    Absent,
+    Bytes(Vec<u8>),
+    /// The object is larger than the caller allowed (its size, as far as known): nothing more
+    /// than the cap was read.
+    TooLarge(u64),
+}
+
+/// A listing: the objects, and the entries under the prefix that were skipped (keys the
+/// client cannot represent, links, folders where objects belong), for a report.
+#[derive(Clone, Debug, Default)]
+pub struct Listing {
+    pub entries: Vec<Listed>,
+    pub skipped: Vec<String>,
+}
+
 /// One listed object.
 #[derive(Clone, Debug)]
 pub struct Listed {
@@ -63,13 +89,16 @@ pub struct Listed {
 pub trait Bucket: Send + Sync {
     /// The remote's URL, for messages.
     fn describe(&self) -> String;
-    /// The object's bytes, `None` if absent.
-    fn get(&self, path: &str) -> Result<Option<Vec<u8>>, BucketError>;
+    /// The object's bytes, reading at most `max_bytes` (a larger object is [`Got::TooLarge`],
+    /// told by its stated size before its body where the protocol allows).
+    fn get(&self, path: &str, max_bytes: u64) -> Result<Got, BucketError>;
     /// The object's size, `None` if absent.
     fn head(&self, path: &str) -> Result<Option<u64>, BucketError>;
     fn put(&self, path: &str, bytes: &[u8], mode: PutMode) -> Result<Put, BucketError>;
-    /// Every object under `prefix` (`objects/`, `nodes/`).
-    fn list(&self, prefix: &str) -> Result<Vec<Listed>, BucketError>;
+    /// Every object under `prefix` (`objects/`, `nodes/`). An entry the bucket cannot list
+    /// as an object (a key with an empty or `..` segment, a link) is skipped and named in
+    /// [`Listing::skipped`], never a reason to fail the listing.
+    fn list(&self, prefix: &str) -> Result<Listing, BucketError>;
     /// Delete an object (absent is not an error).
     fn delete(&self, path: &str) -> Result<(), BucketError>;
 }
@@ -85,6 +114,9 @@ pub struct RemoteStats {
     pub bytes_uploaded: u64,
     /// Manifests or objects found corrupt or incomplete on the remote and refused.
     pub refused: usize,
+    /// Intact results not served because the remote's trust policy does not vouch for their
+    /// signer (unsigned, signed by a key not trusted, or a signature that does not verify).
+    pub untrusted: usize,
 }
 
 /// What uploading one node did.
@@ -115,6 +147,12 @@ pub struct RemoteCache {
     /// Print warnings on stderr (off for `--json` callers that report them otherwise).
     warn_on_stderr: bool,
     warnings: Mutex<Vec<String>>,
+    /// Whose results the remote serves.
+    trust: Arc<Trust>,
+    /// Whether the skipped entries of a listing were reported (once per process).
+    skipped_reported: Mutex<bool>,
+    /// Keys whose remote result was not trusted (counted once each).
+    untrusted: Mutex<BTreeSet<Digest<NodeKeyTag>>>,
 }
 
 impl std::fmt::Debug for RemoteCache {
@@ -148,7 +186,7 @@ fn mutex<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl RemoteCache {
-    pub fn new(bucket: Box<dyn Bucket>, warn_on_stderr: bool) -> Self {
+    pub fn new(bucket: Box<dyn Bucket>, warn_on_stderr: bool, trust: Arc<Trust>) -> Self {
         RemoteCache {
             bucket,
             down: Mutex::new(None),
@@ -158,7 +196,33 @@ impl RemoteCache {
             checked: Mutex::new(std::collections::HashMap::new()),
             warn_on_stderr,
             warnings: Mutex::new(Vec::new()),
+            trust,
+            skipped_reported: Mutex::new(false),
+            untrusted: Mutex::new(BTreeSet::new()),
         }
+    }
+
+    /// A listing of `prefix`, its skipped entries reported once per process.
+    fn list(&self, prefix: &str) -> Result<Vec<Listed>, BucketError> {
+        let listing = self.bucket.list(prefix)?;
+        self.report_skipped(&listing.skipped);
+        Ok(listing.entries)
+    }
+
+    fn report_skipped(&self, skipped: &[String]) {
+        if skipped.is_empty() || std::mem::replace(&mut *mutex(&self.skipped_reported), true) {
+            return;
+        }
+        let shown: Vec<&str> = skipped.iter().take(3).map(String::as_str).collect();
+        self.warn(format!(
+            "remote `{}` holds {} entr{} that {} not upcc's ({}{}); skipped (never read, never deleted)",
+            self.describe(),
+            skipped.len(),
+            if skipped.len() == 1 { "y" } else { "ies" },
+            if skipped.len() == 1 { "is" } else { "are" },
+            shown.join(", "),
+            if skipped.len() > 3 { ", …" } else { "" }
+        ));
     }
 
     pub fn describe(&self) -> String {
@@ -204,10 +268,13 @@ impl RemoteCache {
         mutex(&self.down).is_some()
     }
 
+    /// A manifest or object found corrupt: replaced when this process uploads; reported once
+    /// (a plan and the run after it both ask).
     fn refused(&self, path: String, message: String) {
-        mutex(&self.corrupt).insert(path);
-        mutex(&self.stats).refused += 1;
-        self.warn(message);
+        if mutex(&self.corrupt).insert(path) {
+            mutex(&self.stats).refused += 1;
+            self.warn(message);
+        }
     }
 
     /// The remote's manifest of `key`, checked (filed under the key its material hashes to,
@@ -220,9 +287,19 @@ impl RemoteCache {
             return Some(m.clone());
         }
         let path = manifest_path(key);
-        let bytes = match self.bucket.get(&path) {
-            Ok(Some(b)) => b,
-            Ok(None) => return None,
+        let bytes = match self.bucket.get(&path, MANIFEST_CAP) {
+            Ok(Got::Bytes(b)) => b,
+            Ok(Got::Absent) => return None,
+            Ok(Got::TooLarge(n)) => {
+                self.refused(
+                    path,
+                    format!(
+                        "remote result {} refused (its manifest is {n} bytes, more than any manifest); it is computed locally and replaced on the remote",
+                        key.short()
+                    ),
+                );
+                return None;
+            }
             Err(e) => {
                 self.lost(&e);
                 return None;
@@ -237,10 +314,29 @@ impl RemoteCache {
             Ok(m) if m.material.digest().ok() != Some(*key) => {
                 "its key material does not hash to its key".to_string()
             }
-            Ok(m) => {
-                mutex(&self.checked).insert(*key, m.clone());
-                return Some(m);
-            }
+            Ok(m) => match self.trust.check(&m) {
+                Ok(()) => {
+                    mutex(&self.checked).insert(*key, m.clone());
+                    return Some(m);
+                }
+                Err(why) => {
+                    let place = format!("remote `{}`", self.describe());
+                    let warning = self.trust.refusal_warning(&place, &why);
+                    // A forged or unsigned result is replaced by this machine's upload; one
+                    // honestly signed by a key this reader does not know is left to those who
+                    // trust it.
+                    if why.is_forged() {
+                        mutex(&self.corrupt).insert(path);
+                    }
+                    if mutex(&self.untrusted).insert(*key) {
+                        mutex(&self.stats).untrusted += 1;
+                    }
+                    if let Some(w) = warning {
+                        self.warn(w);
+                    }
+                    return None;
+                }
+            },
         };
         self.refused(
             path,
@@ -291,15 +387,31 @@ impl RemoteCache {
         let Some(m) = self.manifest(key) else {
             return Ok(None);
         };
+        // A result the local store would not serve is not worth downloading.
+        if !store.trusts(&m) {
+            return Ok(None);
+        }
         let (mut objects, mut bytes_in) = (0usize, 0u64);
         for (name, o) in &m.outputs {
             if store.has_object(&o.digest, o.bytes) {
                 continue;
             }
             let path = object_path(&o.digest);
-            let bytes = match self.bucket.get(&path) {
-                Ok(Some(b)) => b,
-                Ok(None) => {
+            let bytes = match self.bucket.get(&path, o.bytes) {
+                Ok(Got::Bytes(b)) => b,
+                Ok(Got::TooLarge(n)) => {
+                    self.refused(
+                        path,
+                        format!(
+                            "remote object {} (output `{name}` of {}) is {n} bytes where {} were expected; refused without reading it, the node is computed locally and the object replaced on the remote",
+                            o.digest.short(),
+                            key.short(),
+                            o.bytes
+                        ),
+                    );
+                    return Ok(None);
+                }
+                Ok(Got::Absent) => {
                     self.refused(
                         path,
                         format!(
@@ -335,7 +447,7 @@ impl RemoteCache {
             objects += 1;
             bytes_in += bytes.len() as u64;
         }
-        store.write_manifest(&m)?;
+        store.write_downloaded_manifest(&m)?;
         let p = &m.provenance;
         store.write_log(
             key,
@@ -357,13 +469,18 @@ impl RemoteCache {
     }
 
     /// Upload node `m.key` (published in `store`): every object the remote lacks (or holds corrupt), then
-    /// the manifest, created only if the remote has none for the key.
+    /// the manifest, created only if the remote has none for the key. An object the remote
+    /// already held is checked again after the manifest is published: a `gc --remote` that
+    /// deleted it meanwhile (it was old and no result it had listed used it) is undone by
+    /// uploading it again.
     pub fn upload(&self, store: &Store, m: &Manifest) -> Result<Uploaded, StoreError> {
         if self.is_down() {
             return Ok(Uploaded::Unreachable);
         }
         let key = &m.key;
-        let (mut objects, mut bytes_out) = (0usize, 0u64);
+        // Objects and bytes this call wrote.
+        let mut sent = (0usize, 0u64);
+        let mut already_there = Vec::new();
         for o in m.outputs.values() {
             let path = object_path(&o.digest);
             let known_bad = mutex(&self.corrupt).contains(&path);
@@ -371,7 +488,10 @@ impl RemoteCache {
                 PutMode::Overwrite
             } else {
                 match self.bucket.head(&path) {
-                    Ok(Some(n)) if n == o.bytes => continue,
+                    Ok(Some(n)) if n == o.bytes => {
+                        already_there.push(o);
+                        continue;
+                    }
                     // Present with another size: truncated or wrong, replace it.
                     Ok(Some(_)) => PutMode::Overwrite,
                     Ok(None) => PutMode::Create,
@@ -381,19 +501,8 @@ impl RemoteCache {
                     }
                 }
             };
-            let bytes = store.read_object(&o.digest)?;
-            match self.bucket.put(&path, &bytes, mode) {
-                Ok(Put::Written) => {
-                    objects += 1;
-                    bytes_out += bytes.len() as u64;
-                    mutex(&self.corrupt).remove(&path);
-                }
-                // Another machine uploaded the same content-addressed object meanwhile.
-                Ok(Put::AlreadyExists) => {}
-                Err(e) => {
-                    self.lost(&e);
-                    return Ok(Uploaded::Unreachable);
-                }
+            if let Err(e) = self.put_object(store, &o.digest, mode, &mut sent) {
+                return e.map_or(Ok(Uploaded::Unreachable), Err);
             }
         }
         let path = manifest_path(key);
@@ -416,19 +525,84 @@ impl RemoteCache {
                 return Ok(Uploaded::Unreachable);
             }
         };
+        if done == Uploaded::Published {
+            for o in already_there {
+                match self.bucket.head(&object_path(&o.digest)) {
+                    Ok(Some(n)) if n == o.bytes => {}
+                    Ok(_) => {
+                        if let Err(e) =
+                            self.put_object(store, &o.digest, PutMode::Overwrite, &mut sent)
+                        {
+                            return e.map_or(Ok(Uploaded::Unreachable), Err);
+                        }
+                    }
+                    Err(e) => {
+                        self.lost(&e);
+                        return Ok(Uploaded::Unreachable);
+                    }
+                }
+            }
+        }
         let mut s = mutex(&self.stats);
-        s.objects_uploaded += objects;
-        s.bytes_uploaded += bytes_out;
+        s.objects_uploaded += sent.0;
+        s.bytes_uploaded += sent.1;
         if done == Uploaded::Published {
             s.nodes_uploaded += 1;
         }
         Ok(done)
     }
 
+    /// Put one object of `store`, counting it in `sent` (objects, bytes) if written (not if
+    /// another machine's copy was there). `Err(None)`: the remote failed (reported);
+    /// `Err(Some(_))`: the local store failed.
+    fn put_object(
+        &self,
+        store: &Store,
+        digest: &Digest<Artifact>,
+        mode: PutMode,
+        sent: &mut (usize, u64),
+    ) -> Result<(), Option<StoreError>> {
+        let path = object_path(digest);
+        let bytes = store.read_object(digest).map_err(Some)?;
+        match self.bucket.put(&path, &bytes, mode) {
+            Ok(Put::Written) => {
+                mutex(&self.corrupt).remove(&path);
+                sent.0 += 1;
+                sent.1 += bytes.len() as u64;
+                Ok(())
+            }
+            // Another machine uploaded the same content-addressed object meanwhile.
+            Ok(Put::AlreadyExists) => Ok(()),
+            Err(e) => {
+                self.lost(&e);
+                Err(None)
+            }
+        }
+    }
+
+    /// The objects listed by the intact manifests at `paths`.
+    fn objects_of(&self, paths: &[&Listed]) -> Result<BTreeSet<Digest<Artifact>>, BucketError> {
+        let mut live = BTreeSet::new();
+        for l in paths {
+            if let Got::Bytes(bytes) = self.bucket.get(&l.path, MANIFEST_CAP)? {
+                if let Ok(m) = serde_json::from_slice::<Manifest>(&bytes) {
+                    live.extend(m.outputs.values().map(|o| o.digest));
+                }
+            }
+        }
+        Ok(live)
+    }
+
     /// Delete from the remote the manifests not in `keep` and the objects no kept manifest
     /// lists; anything written within `grace` is kept (an upload in flight has written its
-    /// objects before its manifest). Manifests go first, so no manifest ever lists a deleted
-    /// object. `Err` when the remote cannot be listed or a deletion fails.
+    /// objects before its manifest). Only names that parse as upcc's (a digest, a key) are
+    /// ever deleted; anything else under the prefix is skipped and reported. Manifests go
+    /// first; before objects are deleted the manifests are listed again, so the objects of a
+    /// result published meanwhile stay; after, once more, and a result published during the
+    /// deletions that lists a deleted object loses its manifest too (its uploader puts the
+    /// object back if it is still running; otherwise the node is recomputed when asked), so no
+    /// manifest is left listing a missing object. `Err` when the remote cannot be listed or a
+    /// deletion fails.
     pub fn gc(
         &self,
         keep: &BTreeSet<Digest<NodeKeyTag>>,
@@ -438,23 +612,29 @@ impl RemoteCache {
         let mut report = GcReport::default();
         let now = SystemTime::now();
         let recent = |l: &Listed| now.duration_since(l.modified).unwrap_or_default() < grace;
-        let mut live: BTreeSet<Digest<Artifact>> = BTreeSet::new();
-        for l in self.bucket.list("nodes")? {
+        let listed = |prefix: &str, report: &mut GcReport| -> Result<Vec<Listed>, BucketError> {
+            let listing = self.bucket.list(prefix)?;
+            self.report_skipped(&listing.skipped);
+            report.skipped.extend(listing.skipped);
+            Ok(listing.entries)
+        };
+        let first = listed("nodes", &mut report)?;
+        let mut kept_manifests: Vec<&Listed> = Vec::new();
+        let mut seen: BTreeSet<String> = BTreeSet::new();
+        for l in &first {
             let Some(key) = digest_of_path::<NodeKeyTag>(&l.path, "nodes", ".json") else {
+                report.skipped.push(l.path.clone());
                 continue;
             };
-            if keep.contains(&key) || recent(&l) {
+            seen.insert(l.path.clone());
+            if keep.contains(&key) || recent(l) {
                 if !keep.contains(&key) {
                     report.kept_because_recent += 1;
                 }
                 report.manifests_kept += 1;
                 // The objects of a kept manifest stay, readable or not (an unreadable one
                 // keeps none; its node is recomputed and re-uploaded when asked).
-                if let Some(bytes) = self.bucket.get(&l.path)? {
-                    if let Ok(m) = serde_json::from_slice::<Manifest>(&bytes) {
-                        live.extend(m.outputs.values().map(|o| o.digest));
-                    }
-                }
+                kept_manifests.push(l);
                 continue;
             }
             report.manifests_deleted += 1;
@@ -462,9 +642,21 @@ impl RemoteCache {
                 self.bucket.delete(&l.path)?;
             }
         }
-        for l in self.bucket.list("objects")? {
-            let d = digest_of_path::<Artifact>(&l.path, "objects", "");
-            if d.is_some_and(|d| live.contains(&d)) || recent(&l) {
+        let mut live = self.objects_of(&kept_manifests)?;
+        let objects = listed("objects", &mut report)?;
+        if !dry_run {
+            // Results published since the first listing keep their objects.
+            let newer = self.list("nodes")?;
+            let fresh: Vec<&Listed> = newer.iter().filter(|l| !seen.contains(&l.path)).collect();
+            live.extend(self.objects_of(&fresh)?);
+        }
+        let mut deleted: BTreeSet<Digest<Artifact>> = BTreeSet::new();
+        for l in &objects {
+            let Some(d) = digest_of_path::<Artifact>(&l.path, "objects", "") else {
+                report.skipped.push(l.path.clone());
+                continue;
+            };
+            if live.contains(&d) || recent(l) {
                 report.objects_kept += 1;
                 continue;
             }
@@ -472,6 +664,26 @@ impl RemoteCache {
             report.bytes_freed += l.bytes;
             if !dry_run {
                 self.bucket.delete(&l.path)?;
+                deleted.insert(d);
+            }
+        }
+        if !deleted.is_empty() {
+            for l in self.list("nodes")? {
+                if seen.contains(&l.path)
+                    || digest_of_path::<NodeKeyTag>(&l.path, "nodes", ".json").is_none()
+                {
+                    continue;
+                }
+                let mut gone = false;
+                for d in self.objects_of(&[&l])?.intersection(&deleted) {
+                    // Its uploader may have put the object back already.
+                    gone |= self.bucket.head(&object_path(d))?.is_none();
+                }
+                if gone {
+                    self.bucket.delete(&l.path)?;
+                    report.manifests_deleted += 1;
+                    report.raced_results_removed += 1;
+                }
             }
         }
         Ok(report)
@@ -480,7 +692,6 @@ impl RemoteCache {
     /// Every manifest key the remote lists.
     pub fn list_keys(&self) -> Result<Vec<Digest<NodeKeyTag>>, BucketError> {
         Ok(self
-            .bucket
             .list("nodes")?
             .iter()
             .filter_map(|l| digest_of_path(&l.path, "nodes", ".json"))
@@ -488,72 +699,200 @@ impl RemoteCache {
     }
 }
 
-/// A [`Bucket`] in a local folder, for the engine's tests (the CLI's `file://` remotes go
-/// through `object_store` like every other).
-#[cfg(test)]
+/// A [`Bucket`] in a local folder: `file://` remotes (a team folder on a cluster filesystem).
+/// It never follows a link: a listing reports links, FIFOs and other non-regular entries as
+/// skipped, reads open regular files only (`O_NOFOLLOW`), and a delete removes a regular file
+/// or nothing. Writes are atomic (a temp file in `.upcc-tmp/` renamed, or linked for a
+/// create-if-absent). In a folder that is group-writable, folders it makes are group-writable
+/// and group-inheriting (2775) and files 0664, whatever the umask.
 pub struct DirBucket {
-    pub root: std::path::PathBuf,
+    root: std::path::PathBuf,
+    shared: bool,
 }
 
-#[cfg(test)]
+impl DirBucket {
+    /// The bucket at folder `root` (created if absent).
+    pub fn new(root: &std::path::Path) -> Result<Self, BucketError> {
+        use std::os::unix::fs::PermissionsExt;
+        fs_err::create_dir_all(root).map_err(|e| BucketError(e.to_string()))?;
+        let mode = fs_err::metadata(root)
+            .map_err(|e| BucketError(e.to_string()))?
+            .permissions()
+            .mode();
+        Ok(DirBucket {
+            root: root.to_path_buf(),
+            shared: mode & 0o020 != 0,
+        })
+    }
+
+    /// `rel` under the root, refused unless every component is a plain name.
+    fn at(&self, rel: &str) -> Result<std::path::PathBuf, BucketError> {
+        let ok = !rel.is_empty()
+            && rel
+                .split('/')
+                .all(|c| !c.is_empty() && c != "." && c != ".." && !c.contains('\0'));
+        if !ok {
+            return Err(BucketError(format!(
+                "`{rel}` is not a path inside the remote"
+            )));
+        }
+        Ok(self.root.join(rel))
+    }
+
+    /// Make the folders down to `dir`, none of them through a link.
+    fn make_dirs(&self, dir: &std::path::Path) -> Result<(), BucketError> {
+        use std::os::unix::fs::PermissionsExt;
+        let rel = dir.strip_prefix(&self.root).unwrap_or(dir);
+        let mut at = self.root.clone();
+        for c in rel.components() {
+            at.push(c);
+            match fs_err::symlink_metadata(&at) {
+                Ok(m) if m.is_dir() => continue,
+                Ok(_) => {
+                    return Err(BucketError(format!(
+                        "`{}` is not a folder (a link or a file where the remote keeps a folder)",
+                        at.display()
+                    )))
+                }
+                Err(_) => match fs_err::create_dir(&at) {
+                    Ok(()) => {
+                        if self.shared {
+                            let _ = fs_err::set_permissions(
+                                &at,
+                                std::fs::Permissions::from_mode(0o2775),
+                            );
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(BucketError(e.to_string())),
+                },
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Bucket for DirBucket {
     fn describe(&self) -> String {
-        format!("dir://{}", self.root.display())
+        format!("file://{}", self.root.display())
     }
-    fn get(&self, path: &str) -> Result<Option<Vec<u8>>, BucketError> {
-        match fs_err::read(self.root.join(path)) {
-            Ok(b) => Ok(Some(b)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(BucketError(e.to_string())),
+    fn get(&self, path: &str, max_bytes: u64) -> Result<Got, BucketError> {
+        use std::io::Read;
+        let p = self.at(path)?;
+        let f = match crate::fsutil::open_regular(&p) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Got::Absent),
+            // A link or a FIFO where an object belongs: as if absent (the node is computed).
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => return Ok(Got::Absent),
+            Err(e) => return Err(BucketError(e.to_string())),
+        };
+        let size = f.metadata().map_err(|e| BucketError(e.to_string()))?.len();
+        if size > max_bytes {
+            return Ok(Got::TooLarge(size));
         }
+        let mut out = Vec::new();
+        f.take(max_bytes.saturating_add(1))
+            .read_to_end(&mut out)
+            .map_err(|e| BucketError(e.to_string()))?;
+        if out.len() as u64 > max_bytes {
+            return Ok(Got::TooLarge(out.len() as u64));
+        }
+        Ok(Got::Bytes(out))
     }
     fn head(&self, path: &str) -> Result<Option<u64>, BucketError> {
-        match fs_err::metadata(self.root.join(path)) {
-            Ok(m) => Ok(Some(m.len())),
+        match fs_err::symlink_metadata(self.at(path)?) {
+            Ok(m) if m.is_file() => Ok(Some(m.len())),
+            Ok(_) => Ok(None),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(BucketError(e.to_string())),
         }
     }
     fn put(&self, path: &str, bytes: &[u8], mode: PutMode) -> Result<Put, BucketError> {
-        let to = self.root.join(path);
-        if mode == PutMode::Create && to.exists() {
-            return Ok(Put::AlreadyExists);
-        }
+        let to = self.at(path)?;
         let parent = to.parent().expect("a path in the bucket has a parent");
-        fs_err::create_dir_all(parent).map_err(|e| BucketError(e.to_string()))?;
-        crate::fsutil::atomic_write(parent, &to, bytes, 0o644)
-            .map_err(|e| BucketError(e.to_string()))?;
-        Ok(Put::Written)
-    }
-    fn list(&self, prefix: &str) -> Result<Vec<Listed>, BucketError> {
-        let mut out = Vec::new();
-        let mut stack = vec![self.root.join(prefix)];
-        while let Some(dir) = stack.pop() {
-            let Ok(entries) = fs_err::read_dir(&dir) else {
-                continue;
-            };
-            for e in entries.flatten() {
-                let p = e.path();
-                let meta = e.metadata().map_err(|e| BucketError(e.to_string()))?;
-                if meta.is_dir() {
-                    stack.push(p);
-                } else if let Ok(rel) = p.strip_prefix(&self.root) {
-                    out.push(Listed {
-                        path: rel.to_string_lossy().into_owned(),
-                        bytes: meta.len(),
-                        modified: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
-                    });
+        self.make_dirs(parent)?;
+        let tmp = self.root.join(".upcc-tmp");
+        self.make_dirs(&tmp)?;
+        let file_mode = if self.shared { 0o664 } else { 0o644 };
+        match mode {
+            PutMode::Overwrite => crate::fsutil::atomic_write(&tmp, &to, bytes, file_mode)
+                .map_err(|e| BucketError(e.to_string()))
+                .map(|()| Put::Written),
+            PutMode::Create => {
+                // Written whole under a temp name, then linked in: exists or not, atomically.
+                let staged = crate::fsutil::temp_path(&tmp);
+                crate::fsutil::atomic_write(&tmp, &staged, bytes, file_mode)
+                    .map_err(|e| BucketError(e.to_string()))?;
+                let linked = fs_err::hard_link(&staged, &to);
+                let _ = fs_err::remove_file(&staged);
+                match linked {
+                    Ok(()) => {
+                        let _ = crate::fsutil::sync_dir(parent);
+                        Ok(Put::Written)
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                        Ok(Put::AlreadyExists)
+                    }
+                    Err(e) => Err(BucketError(e.to_string())),
                 }
             }
         }
-        out.sort_by(|a, b| a.path.cmp(&b.path));
+    }
+    fn list(&self, prefix: &str) -> Result<Listing, BucketError> {
+        let mut out = Listing::default();
+        let top = self.at(prefix)?;
+        match fs_err::symlink_metadata(&top) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                out.skipped.push(prefix.to_string());
+                return Ok(out);
+            }
+            Err(_) => return Ok(out),
+        }
+        let mut stack = vec![top];
+        while let Some(dir) = stack.pop() {
+            let entries = match fs_err::read_dir(&dir) {
+                Ok(e) => e,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(BucketError(e.to_string())),
+            };
+            for e in entries.flatten() {
+                let p = e.path();
+                let rel = p
+                    .strip_prefix(&self.root)
+                    .map(|r| r.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                // The entry itself, never what a link points at.
+                let Ok(meta) = fs_err::symlink_metadata(&p) else {
+                    continue;
+                };
+                if meta.is_dir() {
+                    stack.push(p);
+                } else if meta.is_file() {
+                    out.entries.push(Listed {
+                        path: rel,
+                        bytes: meta.len(),
+                        modified: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+                    });
+                } else {
+                    out.skipped.push(rel);
+                }
+            }
+        }
+        out.entries.sort_by(|a, b| a.path.cmp(&b.path));
+        out.skipped.sort();
         Ok(out)
     }
     fn delete(&self, path: &str) -> Result<(), BucketError> {
-        match fs_err::remove_file(self.root.join(path)) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(BucketError(e.to_string())),
+        let p = self.at(path)?;
+        match fs_err::symlink_metadata(&p) {
+            Ok(m) if m.is_file() => match fs_err::remove_file(&p) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(BucketError(e.to_string())),
+            },
+            // Not a regular file: never ours to delete.
+            _ => Ok(()),
         }
     }
 }

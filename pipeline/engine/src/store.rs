@@ -24,13 +24,18 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::digest::{Artifact, Digest, NodeKeyTag};
-use crate::fsutil::{atomic_write, host_name, pid_alive, temp_owner};
+use crate::fsutil::{
+    atomic_write, host_name, open_regular, pid_alive, read_regular_capped, temp_owner,
+};
 use crate::key::KeyMaterial;
+use crate::trust::{SignatureRecord, Trust};
+use std::sync::Arc;
 
 /// Version of the on-disk layout; a store with another version is refused, never rewritten.
 pub const STORE_LAYOUT_VERSION: u32 = 1;
 /// Version of the manifest format.
-pub const MANIFEST_SCHEMA_VERSION: u32 = 1;
+/// 2: manifests are signed (`signature`) and must carry a seal; 1: the seal was optional.
+pub const MANIFEST_SCHEMA_VERSION: u32 = 2;
 
 /// Errors of the store.
 #[derive(Debug, thiserror::Error)]
@@ -114,9 +119,14 @@ pub struct Manifest {
     /// blake3 of the key and the outputs (see [`Manifest::seal_of`]), written by
     /// [`Store::write_manifest`]: a manifest edited to list other objects (another cell's
     /// result) no longer matches it and is never served. An integrity check against edits and
-    /// mix-ups, not a signature. Absent in manifests written before it existed (accepted).
+    /// mix-ups, not a signature: anyone can recompute it. Required from schema 2 on; absent
+    /// only in manifests of schema 1 written before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seal: Option<String>,
+    /// The signature of the seal by whoever computed the result (see [`crate::trust`]):
+    /// what a reader that does not trust every writer checks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<SignatureRecord>,
 }
 
 impl Manifest {
@@ -137,11 +147,14 @@ impl Manifest {
         h.finalize().to_hex().to_string()
     }
 
-    /// Whether the outputs are the ones this manifest was sealed with (true without a seal).
+    /// Whether the outputs are the ones this manifest was sealed with. A manifest of the
+    /// current schema must carry a seal (one with its seal line deleted is refused); only
+    /// schema-1 manifests, written before seals existed, may lack one.
     pub fn seal_holds(&self) -> bool {
-        self.seal
-            .as_ref()
-            .is_none_or(|s| *s == Self::seal_of(&self.key, &self.outputs))
+        match &self.seal {
+            Some(s) => *s == Self::seal_of(&self.key, &self.outputs),
+            None => self.manifest_schema < 2,
+        }
     }
 }
 
@@ -174,6 +187,9 @@ pub struct VerifyReport {
     /// Files or folders of the wrong kind where the store keeps its own (a plain file for
     /// `locks/`, a directory for a ref), moved to quarantine.
     pub misplaced_moved: Vec<String>,
+    /// Intact results this store's trust policy does not serve (unsigned, or signed by a key
+    /// not trusted): kept, never served; `run` computes them again. Signer → count.
+    pub untrusted: BTreeMap<String, usize>,
 }
 
 impl VerifyReport {
@@ -207,6 +223,18 @@ pub struct GcReport {
     pub manifests_kept: usize,
     pub objects_kept: usize,
     pub kept_because_recent: usize,
+    /// Entries that are not the store's or the remote's own (names that parse as no digest or
+    /// key, links): skipped, never deleted.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
+    /// Results published on a remote while its gc was deleting objects that they list:
+    /// their manifests were deleted too (recomputed when asked), none is left dangling.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub raced_results_removed: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// A handle on a store directory.
@@ -214,6 +242,8 @@ pub struct GcReport {
 pub struct Store {
     root: PathBuf,
     shared: bool,
+    /// Whose results it serves, and the key this process signs its own with.
+    trust: Arc<Trust>,
 }
 
 impl Store {
@@ -236,6 +266,7 @@ impl Store {
             let store = Store {
                 root: root.to_path_buf(),
                 shared,
+                trust: Arc::default(),
             };
             store.ensure_dirs()?;
             atomic_write(&root.join("tmp"), &info_path, &bytes, store.file_mode())
@@ -253,6 +284,7 @@ impl Store {
         Store {
             root: root.to_path_buf(),
             shared: false,
+            trust: Arc::default(),
         }
     }
 
@@ -308,6 +340,7 @@ impl Store {
         Ok(Store {
             root: root.to_path_buf(),
             shared: info.shared,
+            trust: Arc::default(),
         })
     }
 
@@ -331,6 +364,7 @@ impl Store {
         let store = Store {
             root: root.to_path_buf(),
             shared,
+            trust: Arc::default(),
         };
         store.ensure_dirs()?;
         if fs_err::symlink_metadata(&info_path).is_ok() {
@@ -447,6 +481,23 @@ impl Store {
         &self.root
     }
 
+    /// This handle with a trust policy: which results it serves, which key signs what it
+    /// computes. Without one a store trusts every writer and signs nothing (the engine's
+    /// tests); the CLI always sets one.
+    pub fn with_trust(mut self, trust: Arc<Trust>) -> Self {
+        self.trust = trust;
+        self
+    }
+
+    pub fn trust(&self) -> &Trust {
+        &self.trust
+    }
+
+    /// Whether the store is group-shared (files group-writable).
+    pub fn is_shared(&self) -> bool {
+        self.shared
+    }
+
     fn file_mode(&self) -> u32 {
         if self.shared {
             0o664
@@ -541,7 +592,7 @@ impl Store {
     }
 
     fn hash_file(&self, path: &Path) -> std::io::Result<Digest<Artifact>> {
-        let mut f = fs_err::File::open(path)?;
+        let mut f = open_regular(path)?;
         let mut hasher = blake3::Hasher::new();
         let mut buf = vec![0u8; 1 << 20];
         loop {
@@ -556,15 +607,19 @@ impl Store {
 
     /// Whether an object is present with the expected size (cheap; no hashing).
     pub fn has_object(&self, digest: &Digest<Artifact>, bytes: u64) -> bool {
-        fs_err::metadata(self.object_path(digest))
-            .map(|m| m.len() == bytes)
+        fs_err::symlink_metadata(self.object_path(digest))
+            .map(|m| m.is_file() && m.len() == bytes)
             .unwrap_or(false)
     }
 
     /// Read an object and check its hash: a corrupt object is never served.
     pub fn read_object(&self, digest: &Digest<Artifact>) -> Result<Vec<u8>, StoreError> {
         let path = self.object_path(digest);
-        let bytes = match fs_err::read(&path) {
+        let read = open_regular(&path).and_then(|mut f| {
+            let mut b = Vec::new();
+            f.read_to_end(&mut b).map(|_| b)
+        });
+        let bytes = match read {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(StoreError::MissingObject(*digest))
@@ -581,14 +636,41 @@ impl Store {
         Ok(bytes)
     }
 
-    /// The manifest of a node key, if one is stored. An unreadable manifest, or one that
-    /// belongs to another key, is moved to quarantine with one warning line and reads as
-    /// absent: its node will be recomputed.
+    /// The manifest of a node key, if one is stored and this store's trust policy serves it.
+    /// An unreadable manifest, or one that belongs to another key or whose seal does not
+    /// hold, is moved to quarantine with one warning line and reads as absent: its node will
+    /// be recomputed. An intact one the policy does not trust (unsigned, or signed by a key
+    /// not trusted) reads as absent too, with one warning per signer, and stays in place (a
+    /// colleague's result in a shared store): computing the node replaces it.
     pub fn read_manifest(&self, key: &Digest<NodeKeyTag>) -> Result<Option<Manifest>, StoreError> {
+        let Some(m) = self.read_manifest_intact(key)? else {
+            return Ok(None);
+        };
+        match self.trust.check(&m) {
+            Ok(()) => Ok(Some(m)),
+            Err(why) => {
+                if let Some(w) = self.trust.refusal_warning("the store", &why) {
+                    warn(&w);
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// [`Store::read_manifest`] without the trust policy: the manifest if it is intact (filed
+    /// under its key, seal holding), whoever wrote it. For gc (a colleague's result keeps its
+    /// objects) and `verify`; never for serving a result.
+    pub fn read_manifest_intact(
+        &self,
+        key: &Digest<NodeKeyTag>,
+    ) -> Result<Option<Manifest>, StoreError> {
         let path = self.manifest_path(key);
         let why = match read_json::<Manifest>(&path)? {
             JsonRead::Missing => return Ok(None),
             JsonRead::Ok(m) if m.key == *key && m.seal_holds() => return Ok(Some(m)),
+            JsonRead::Ok(m) if m.key == *key && m.seal.is_none() => {
+                "it has no seal, which every manifest of this schema carries (edited?)".to_string()
+            }
             JsonRead::Ok(m) if m.key == *key => {
                 "its outputs are not the ones it was sealed with (edited?)".to_string()
             }
@@ -603,6 +685,20 @@ impl Store {
         Ok(None)
     }
 
+    /// Whether this store's policy serves `m` (for a download: a result the store would refuse
+    /// to serve is not fetched).
+    pub fn trusts(&self, m: &Manifest) -> bool {
+        match self.trust.check(m) {
+            Ok(()) => true,
+            Err(why) => {
+                if let Some(w) = self.trust.refusal_warning("the store", &why) {
+                    warn(&w);
+                }
+                false
+            }
+        }
+    }
+
     /// A manifest whose outputs are all present (by size): the node is fresh.
     pub fn fresh_manifest(&self, key: &Digest<NodeKeyTag>) -> Result<Option<Manifest>, StoreError> {
         Ok(self.read_manifest(key)?.filter(|m| {
@@ -612,15 +708,30 @@ impl Store {
         }))
     }
 
-    /// Publish a manifest atomically. Objects must already be stored.
-    /// The manifest is sealed here (its `seal` set from its key and outputs).
-    pub fn write_manifest(&self, manifest: &Manifest) -> Result<(), StoreError> {
+    /// Publish the manifest of a result computed here, atomically. Objects must already be
+    /// stored. It is sealed here (its `seal` set from its key and outputs) and signed with
+    /// this process's key when it has one; the manifest as written is returned.
+    pub fn write_manifest(&self, manifest: &Manifest) -> Result<Manifest, StoreError> {
+        let mut sealed = manifest.clone();
+        let seal = Manifest::seal_of(&manifest.key, &manifest.outputs);
+        sealed.signature = self.trust.signer().map(|k| k.sign(&seal));
+        sealed.seal = Some(seal);
+        self.write_sealed(&sealed)?;
+        Ok(sealed)
+    }
+
+    /// Publish a manifest computed elsewhere (downloaded from a remote) as it is: its seal
+    /// must hold, and its signature stays its computer's.
+    pub fn write_downloaded_manifest(&self, manifest: &Manifest) -> Result<(), StoreError> {
+        debug_assert!(manifest.seal.is_some() && manifest.seal_holds());
+        self.write_sealed(manifest)
+    }
+
+    fn write_sealed(&self, manifest: &Manifest) -> Result<(), StoreError> {
         let path = self.manifest_path(&manifest.key);
         self.ensure_parent(&path)?;
         self.clear_misplaced_dir(&path)?;
-        let mut sealed = manifest.clone();
-        sealed.seal = Some(Manifest::seal_of(&manifest.key, &manifest.outputs));
-        let bytes = serde_json::to_vec_pretty(&sealed).expect("manifest serialises");
+        let bytes = serde_json::to_vec_pretty(manifest).expect("manifest serialises");
         atomic_write(&self.tmp_dir(), &path, &bytes, self.file_mode()).map_err(io_err(&path))
     }
 
@@ -799,9 +910,16 @@ impl Store {
         for (i, digest) in objects.iter().enumerate() {
             on_progress(i, objects.len());
             let path = self.object_path(digest);
-            let actual = self.hash_file(&path).map_err(io_err(&path))?;
+            // A link, FIFO or device where an object belongs is as wrong as a flipped byte.
+            let actual = match self.hash_file(&path) {
+                Ok(d) => Some(d),
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidData => None,
+                Err(e) if e.raw_os_error() == Some(libc::ELOOP) => None,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io_err(&path)(e)),
+            };
             report.objects_checked += 1;
-            if actual != *digest {
+            if actual != Some(*digest) {
                 self.quarantine_object(digest)?;
                 report.corrupt_objects.push(digest.to_hex());
             }
@@ -828,6 +946,8 @@ impl Store {
             if !intact {
                 self.quarantine_manifest(&key)?;
                 report.manifests_quarantined.push(key.to_hex());
+            } else if let Err(why) = self.trust.check(&manifest) {
+                *report.untrusted.entry(why.signer()).or_default() += 1;
             }
         }
         for path in self.list_refs()? {
@@ -916,7 +1036,7 @@ impl Store {
                     report.kept_because_recent += 1;
                 }
                 report.manifests_kept += 1;
-                if let Ok(Some(m)) = self.read_manifest(&key) {
+                if let Ok(Some(m)) = self.read_manifest_intact(&key) {
                     live_objects.extend(m.outputs.values().map(|o| o.digest));
                 }
                 continue;
@@ -984,11 +1104,24 @@ fn sanitize_component(s: &str) -> String {
     }
 }
 
+/// The largest manifest, ref or STORE.json read (the largest real manifest is a few KiB).
+const JSON_CAP: u64 = 16 << 20;
+
 fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<JsonRead<T>, StoreError> {
-    if fs_err::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
-        return Ok(JsonRead::Corrupt("a directory, not a file".into()));
+    match fs_err::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => return Ok(JsonRead::Corrupt("a directory, not a file".into())),
+        Ok(m) if !m.is_file() => {
+            return Ok(JsonRead::Corrupt(format!(
+                "not a regular file ({:?})",
+                m.file_type()
+            )))
+        }
+        _ => {}
     }
-    match fs_err::read(path) {
+    match read_regular_capped(path, JSON_CAP) {
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            Ok(JsonRead::Corrupt(e.to_string()))
+        }
         Ok(bytes) => Ok(match serde_json::from_slice(&bytes) {
             Ok(v) => JsonRead::Ok(v),
             Err(e) if bytes.is_empty() => JsonRead::Corrupt(format!("empty file: {e}")),

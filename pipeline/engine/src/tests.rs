@@ -547,10 +547,9 @@ fn a_gpu_lost_to_a_sticky_error_gets_no_more_nodes() {
 
 fn dir_remote(dir: &std::path::Path) -> Arc<RemoteCache> {
     Arc::new(RemoteCache::new(
-        Box::new(crate::remote::DirBucket {
-            root: dir.to_path_buf(),
-        }),
+        Box::new(crate::remote::DirBucket::new(dir).unwrap()),
         false,
+        Arc::default(),
     ))
 }
 
@@ -658,4 +657,326 @@ fn remote_gc_keeps_the_roots_and_their_objects() {
                 .exists());
         }
     }
+}
+
+// ---- Trust: signed results, and a remote that cannot reach outside (issue 28) ----
+
+/// A trust that signs with `key` and trusts `trusted` (own key always).
+fn signed(key: &SecretKey, trusted: &[PublicKey]) -> Arc<Trust> {
+    let own: SecretKey = key.to_text().parse().unwrap();
+    Arc::new(Trust::new(
+        Policy::Signed,
+        trusted.to_vec(),
+        Some(own),
+        "the test".into(),
+    ))
+}
+
+/// The diamond in a fresh store signed by `key`, with a folder remote at `bucket` whose
+/// policy trusts `trusted`.
+fn signed_diamond(
+    bucket: &std::path::Path,
+    key: &SecretKey,
+    trusted: &[PublicKey],
+) -> (Fixture, RunReport, Arc<RemoteCache>) {
+    let mut f = fixture();
+    f.store = f.store.clone().with_trust(signed(key, trusted));
+    let dag = diamond(&f, &params(), false);
+    let mut c = cfg(false);
+    let remote = Arc::new(RemoteCache::new(
+        Box::new(crate::remote::DirBucket::new(bucket).unwrap()),
+        false,
+        signed(key, trusted),
+    ));
+    c.remote = Some(remote.clone());
+    let r = run(&dag, &f.store, &c, &mut Quiet).unwrap();
+    (f, r, remote)
+}
+
+/// Results are served from a remote only under a trusted key: a reader that does not know
+/// the writer's key computes everything (one warning naming the key), one that lists it
+/// downloads everything.
+#[test]
+fn a_remote_serves_only_results_signed_by_a_trusted_key() {
+    let bucket = tempfile::tempdir().unwrap();
+    let alice = SecretKey::generate("alice").unwrap();
+    let bob = SecretKey::generate("bob").unwrap();
+    let (f, r, _) = signed_diamond(bucket.path(), &alice, &[]);
+    assert_eq!(r.count(Outcome::Executed), 4);
+    let m = f
+        .store
+        .read_manifest(&r.nodes[0].key.unwrap())
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        Trust::signature_of(&m).unwrap(),
+        alice.public(),
+        "signed by its computer"
+    );
+
+    let (g, r2, remote) = signed_diamond(bucket.path(), &bob, &[]);
+    assert_eq!(r2.count(Outcome::Downloaded), 0);
+    assert_eq!(runs(&g), vec![1, 1, 1, 1], "bob computes all four");
+    assert_eq!(remote.stats().untrusted, 4);
+    let w = remote.warnings();
+    assert_eq!(w.len(), 1, "one warning per signer: {w:?}");
+    assert!(
+        w[0].contains("`alice:") && w[0].contains("trust.keys"),
+        "{w:?}"
+    );
+
+    let (h, r3, _) = signed_diamond(bucket.path(), &bob, &[alice.public()]);
+    assert_eq!(r3.count(Outcome::Downloaded), 4);
+    assert_eq!(runs(&h), vec![0, 0, 0, 0]);
+    // The downloaded results keep alice's signature in bob's store.
+    let m = h
+        .store
+        .read_manifest(&r3.nodes[3].key.unwrap())
+        .unwrap()
+        .unwrap();
+    assert_eq!(Trust::signature_of(&m).unwrap(), alice.public());
+}
+
+/// The reliability test's poisoning (R2): a manifest on the remote rewritten to list other
+/// outputs and resealed — the seal is public — no longer carries a valid signature and is
+/// refused, as is one whose signature was stripped; the reader's upload replaces both.
+#[test]
+fn a_resealed_poisoned_manifest_is_refused_with_signing_on() {
+    let bucket = tempfile::tempdir().unwrap();
+    let alice = SecretKey::generate("alice").unwrap();
+    let (f, r, _) = signed_diamond(bucket.path(), &alice, &[]);
+    let key_of = |id: &str| r.nodes.iter().find(|n| n.id == id).unwrap().key.unwrap();
+    let a_outputs = f
+        .store
+        .read_manifest(&key_of("a"))
+        .unwrap()
+        .unwrap()
+        .outputs;
+    let path = |id: &str| {
+        bucket
+            .path()
+            .join(crate::remote::manifest_path(&key_of(id)))
+    };
+    // d: points at a's output, resealed, alice's signature left in place.
+    let mut d: Manifest = serde_json::from_slice(&std::fs::read(path("d")).unwrap()).unwrap();
+    d.outputs = a_outputs;
+    d.seal = Some(Manifest::seal_of(&d.key, &d.outputs));
+    assert!(d.seal_holds(), "the forged seal holds: it is no barrier");
+    std::fs::write(path("d"), serde_json::to_vec(&d).unwrap()).unwrap();
+    // c: signature removed.
+    let mut c: Manifest = serde_json::from_slice(&std::fs::read(path("c")).unwrap()).unwrap();
+    c.signature = None;
+    std::fs::write(path("c"), serde_json::to_vec(&c).unwrap()).unwrap();
+
+    let bob = SecretKey::generate("bob").unwrap();
+    let (g, r2, remote) = signed_diamond(bucket.path(), &bob, &[alice.public()]);
+    assert_eq!(
+        runs(&g),
+        vec![0, 0, 1, 1],
+        "c and d computed, a and b downloaded"
+    );
+    assert_eq!(r2.count(Outcome::Downloaded), 2);
+    let w = remote.warnings().join("\n");
+    assert!(
+        w.contains("does not verify") && w.contains("unsigned"),
+        "{w}"
+    );
+    // Bob's honest results replaced the forged ones: carol, trusting bob, downloads all four.
+    let carol = SecretKey::generate("carol").unwrap();
+    let (_h, r3, _) = signed_diamond(bucket.path(), &carol, &[alice.public(), bob.public()]);
+    assert_eq!(r3.count(Outcome::Downloaded), 4);
+}
+
+/// In a store shared by several users, a result signed by a key its reader does not trust is
+/// not served (and not quarantined): the reader computes the node and replaces it. A manifest
+/// of the current schema with its seal deleted is refused outright.
+#[test]
+fn a_local_result_is_served_only_under_a_trusted_key_and_must_be_sealed() {
+    let alice = SecretKey::generate("alice").unwrap();
+    let bob = SecretKey::generate("bob").unwrap();
+    let mut f = fixture();
+    f.store = f.store.clone().with_trust(signed(&alice, &[]));
+    let dag = diamond(&f, &params(), false);
+    let r = run(&dag, &f.store, &cfg(false), &mut Quiet).unwrap();
+    assert_eq!(r.count(Outcome::Executed), 4);
+    let as_bob = f.store.clone().with_trust(signed(&bob, &[]));
+    let k = r.nodes[1].key.unwrap();
+    assert!(
+        as_bob.read_manifest(&k).unwrap().is_none(),
+        "alice's result is not bob's"
+    );
+    assert!(
+        as_bob.read_manifest_intact(&k).unwrap().is_some(),
+        "it stays"
+    );
+    let report = as_bob.verify(|_, _| {}).unwrap();
+    assert!(report.is_clean());
+    assert_eq!(report.untrusted.values().sum::<usize>(), 4, "{report:?}");
+    let r2 = run(&dag, &as_bob, &cfg(false), &mut Quiet).unwrap();
+    assert_eq!(r2.count(Outcome::Executed), 4, "bob recomputes");
+    assert!(as_bob.read_manifest(&k).unwrap().is_some());
+    // Alice trusts bob: his results serve her.
+    let as_alice = f.store.clone().with_trust(signed(&alice, &[bob.public()]));
+    assert_eq!(
+        run(&dag, &as_alice, &cfg(false), &mut Quiet)
+            .unwrap()
+            .count(Outcome::Executed),
+        0
+    );
+
+    // A manifest with its seal line deleted (R2, locally) is refused and quarantined.
+    let path = f.store.manifest_path(&k);
+    let mut m: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    m.as_object_mut().unwrap().remove("seal");
+    std::fs::write(&path, serde_json::to_vec(&m).unwrap()).unwrap();
+    let any = f.store.clone();
+    assert!(any.read_manifest(&k).unwrap().is_none());
+    assert!(!path.exists(), "moved to quarantine");
+}
+
+/// R1: a link planted under a folder remote's `objects/` is never followed by `gc --remote`:
+/// the files it points at survive, and the link is reported as skipped. A file whose name is
+/// no digest is never deleted either.
+#[test]
+fn remote_gc_never_follows_a_link_or_deletes_a_name_it_does_not_own() {
+    let bucket = tempfile::tempdir().unwrap();
+    let (_f, _r, remote) = diamond_with_remote(bucket.path());
+    let victim = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(victim.path().join("sub")).unwrap();
+    std::fs::write(victim.path().join("f1.txt"), "precious").unwrap();
+    std::fs::write(victim.path().join("sub/d.txt"), "deep").unwrap();
+    std::os::unix::fs::symlink(victim.path(), bucket.path().join("objects/zz")).unwrap();
+    std::fs::create_dir_all(bucket.path().join("objects/ab")).unwrap();
+    std::fs::write(bucket.path().join("objects/ab/notes.txt"), "mine").unwrap();
+    let report = remote.gc(&BTreeSet::new(), Duration::ZERO, false).unwrap();
+    assert!(victim.path().join("f1.txt").exists() && victim.path().join("sub/d.txt").exists());
+    assert!(bucket.path().join("objects/ab/notes.txt").exists());
+    assert!(
+        report.skipped.iter().any(|s| s == "objects/zz"),
+        "{report:?}"
+    );
+    assert!(
+        report.skipped.iter().any(|s| s == "objects/ab/notes.txt"),
+        "{report:?}"
+    );
+    assert_eq!(report.manifests_deleted, 4);
+    assert!(remote.warnings().iter().any(|w| w.contains("not upcc's")));
+}
+
+/// R3: an object on the remote far larger than its manifest states is refused by its size,
+/// without being read (a sparse 1 GiB file: reading it would take 1 GiB of memory).
+#[test]
+fn a_huge_remote_object_is_refused_by_its_size_before_it_is_read() {
+    let bucket = tempfile::tempdir().unwrap();
+    let (f, r, _) = diamond_with_remote(bucket.path());
+    let key_a = r.nodes[0].key.unwrap();
+    let o = f.store.read_manifest(&key_a).unwrap().unwrap().outputs["out"].clone();
+    let p = bucket.path().join(crate::remote::object_path(&o.digest));
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&p)
+        .unwrap();
+    file.set_len(1 << 30).unwrap();
+    let (g, r2, remote) = diamond_with_remote(bucket.path());
+    assert!(runs(&g)[0] == 1, "a computed");
+    assert!(r2.count(Outcome::Executed) >= 1);
+    let w = remote.warnings().join("\n");
+    assert!(
+        w.contains("1073741824 bytes") && w.contains("without reading it"),
+        "{w}"
+    );
+    // Replaced on the remote by the right bytes.
+    assert_eq!(std::fs::metadata(&p).unwrap().len(), o.bytes);
+}
+
+/// A bucket that runs `on_manifest_put` (once) when the first manifest is put: a `gc --remote`
+/// of another machine deleting an old object between an upload's check and its publication.
+struct Meddling {
+    inner: crate::remote::DirBucket,
+    on_manifest_put: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl Bucket for Meddling {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn get(&self, path: &str, max: u64) -> Result<Got, BucketError> {
+        self.inner.get(path, max)
+    }
+    fn head(&self, path: &str) -> Result<Option<u64>, BucketError> {
+        self.inner.head(path)
+    }
+    fn put(&self, path: &str, bytes: &[u8], mode: PutMode) -> Result<Put, BucketError> {
+        if path.starts_with("nodes/") {
+            if let Some(f) = self.on_manifest_put.lock().unwrap().take() {
+                f();
+            }
+        }
+        self.inner.put(path, bytes, mode)
+    }
+    fn list(&self, prefix: &str) -> Result<Listing, BucketError> {
+        self.inner.list(prefix)
+    }
+    fn delete(&self, path: &str) -> Result<(), BucketError> {
+        self.inner.delete(path)
+    }
+}
+
+/// R6: an upload that found an object already on the remote (and so skipped it) checks it
+/// again after publishing its manifest, and puts it back if a gc deleted it meanwhile: no
+/// manifest is left listing a missing object.
+#[test]
+fn an_upload_restores_an_object_a_concurrent_gc_deleted() {
+    let bucket = tempfile::tempdir().unwrap();
+    let (f, r, _) = diamond_with_remote(bucket.path());
+    let key_a = r.nodes[0].key.unwrap();
+    let m = f.store.read_manifest(&key_a).unwrap().unwrap();
+    let obj = bucket
+        .path()
+        .join(crate::remote::object_path(&m.outputs["out"].digest));
+    // The manifest is gone from the remote (as if gc'd as unreachable); its object is old.
+    std::fs::remove_file(bucket.path().join(crate::remote::manifest_path(&key_a))).unwrap();
+    let gone = obj.clone();
+    let remote = RemoteCache::new(
+        Box::new(Meddling {
+            inner: crate::remote::DirBucket::new(bucket.path()).unwrap(),
+            on_manifest_put: std::sync::Mutex::new(Some(Box::new(move || {
+                std::fs::remove_file(&gone).unwrap();
+            }))),
+        }),
+        false,
+        Arc::default(),
+    );
+    assert_eq!(remote.upload(&f.store, &m).unwrap(), Uploaded::Published);
+    assert!(obj.exists(), "the object the new manifest lists is back");
+    assert_eq!(remote.stats().objects_uploaded, 1);
+}
+
+/// R9: a FIFO, or a link to one, where the store keeps an object, manifest or ref makes no
+/// command hang: `verify` quarantines the object, a manifest or ref reads as unreadable.
+#[test]
+fn non_regular_files_in_a_store_are_refused_without_blocking() {
+    let bucket = tempfile::tempdir().unwrap();
+    let (f, r, _) = diamond_with_remote(bucket.path());
+    let fifo = |p: &std::path::Path| {
+        let _ = std::fs::remove_file(p);
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    };
+    let ka = r.nodes[0].key.unwrap();
+    let kb = r.nodes[1].key.unwrap();
+    let oa = f.store.read_manifest(&ka).unwrap().unwrap().outputs["out"].digest;
+    let obj = f.store.object_path(&oa);
+    let _ = std::fs::set_permissions(&obj, std::os::unix::fs::PermissionsExt::from_mode(0o644));
+    fifo(&obj);
+    fifo(&f.store.manifest_path(&kb));
+    assert!(
+        f.store.read_manifest(&kb).unwrap().is_none(),
+        "the FIFO manifest reads as unreadable"
+    );
+    assert!(f.store.read_object(&oa).is_err());
+    let report = f.store.verify(|_, _| {}).unwrap();
+    assert!(report.corrupt_objects.contains(&oa.to_hex()), "{report:?}");
 }

@@ -157,6 +157,11 @@ impl From<upcc_engine::StoreError> for Error {
                     path.display()
                 ))
             }
+            upcc_engine::StoreError::Io { path, source }
+                if source.kind() == std::io::ErrorKind::PermissionDenied =>
+            {
+                Some(upcc_engine::fsutil::permission_note(path)).filter(|n| !n.is_empty())
+            }
             upcc_engine::StoreError::LayoutVersion { found, .. } => Some(format!(
                 "it was written by a upcc of another store layout ({found}): use that upcc, or choose another --store"
             )),

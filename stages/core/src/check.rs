@@ -255,30 +255,76 @@ fn proc_status_bytes(field: &str) -> Option<u128> {
 
 /// The cgroup memory limit of this process and its current use (v2, else v1), if limited.
 fn cgroup_memory() -> Option<(u128, u128)> {
-    let read = |p: &str| fs_err::read_to_string(p).ok().map(|s| s.trim().to_string());
-    let cgroup = read("/proc/self/cgroup").unwrap_or_default();
+    let own = fs_err::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    cgroup_memory_in(
+        &own,
+        std::path::Path::new("/sys/fs/cgroup"),
+        std::path::Path::new("/sys/fs/cgroup/memory"),
+    )
+}
+
+/// [`cgroup_memory`] over `/proc/self/cgroup`'s text and the v2 and v1 (memory controller)
+/// mount points: the process's own group and every parent up to the mount, the limit that
+/// leaves the least (a Slurm job's limit sits on the job's group, above the step's and the
+/// task's, which say `max`). A group path that does not exist under the mount (a container's
+/// namespaced view) reads from the mount itself.
+fn cgroup_memory_in(
+    own: &str,
+    v2_root: &std::path::Path,
+    v1_root: &std::path::Path,
+) -> Option<(u128, u128)> {
+    let read = |p: &std::path::Path| fs_err::read_to_string(p).ok().map(|s| s.trim().to_string());
+    // The tightest (limit, current) over the group and its parents.
+    let walk = |root: &std::path::Path, group: &str, max_file: &str, cur_file: &str| {
+        let mut dir = root.join(group.trim_start_matches('/'));
+        if !dir.is_dir() {
+            dir = root.to_path_buf();
+        }
+        let mut best: Option<(u128, u128)> = None;
+        loop {
+            let limit = read(&dir.join(max_file)).and_then(|m| m.parse::<u128>().ok());
+            if let Some(limit) = limit.filter(|&l| l < 1 << 60) {
+                let current = read(&dir.join(cur_file))
+                    .and_then(|c| c.parse().ok())
+                    .unwrap_or(0);
+                let left = |(l, c): (u128, u128)| l.saturating_sub(c);
+                if best.is_none_or(|b| left((limit, current)) < left(b)) {
+                    best = Some((limit, current));
+                }
+            }
+            if dir == root {
+                break;
+            }
+            match dir.parent() {
+                Some(p) if p.starts_with(root) => dir = p.to_path_buf(),
+                _ => break,
+            }
+        }
+        best
+    };
     // v2: one line `0::/path`.
-    if let Some(path) = cgroup.lines().find_map(|l| l.strip_prefix("0::")) {
-        let dir = format!("/sys/fs/cgroup{path}");
-        if let Some(max) = read(&format!("{dir}/memory.max")) {
-            let limit: u128 = max.parse().ok()?;
-            let current: u128 = read(&format!("{dir}/memory.current"))
-                .and_then(|c| c.parse().ok())
-                .unwrap_or(0);
-            return Some((limit, current));
+    if let Some(path) = own.lines().find_map(|l| l.strip_prefix("0::")) {
+        if v2_root.join("cgroup.controllers").exists()
+            || v2_root
+                .join(path.trim_start_matches('/'))
+                .join("memory.max")
+                .exists()
+        {
+            return walk(v2_root, path, "memory.max", "memory.current");
         }
     }
-    // v1: the memory controller's limit (a huge number when unlimited).
-    let limit: u128 = read("/sys/fs/cgroup/memory/memory.limit_in_bytes")?
-        .parse()
-        .ok()?;
-    if limit >= 1 << 60 {
-        return None;
-    }
-    let current: u128 = read("/sys/fs/cgroup/memory/memory.usage_in_bytes")
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    Some((limit, current))
+    // v1: the memory controller's line `N:memory:/path` (controllers may be joined by commas).
+    let path = own.lines().find_map(|l| {
+        let mut f = l.splitn(3, ':');
+        let (_, ctrl, path) = (f.next()?, f.next()?, f.next()?);
+        ctrl.split(',').any(|c| c == "memory").then_some(path)
+    })?;
+    walk(
+        v1_root,
+        path,
+        "memory.limit_in_bytes",
+        "memory.usage_in_bytes",
+    )
 }
 
 /// A problem if `bytes` for `what` exceed the memory this process may use.
@@ -371,6 +417,51 @@ mod tests {
         let (bytes, source) = memory_budget().expect("Linux reports its memory");
         assert!(bytes <= machine_memory_bytes().unwrap(), "{source}");
         assert!(!source.is_empty());
+    }
+
+    #[test]
+    fn the_cgroup_limit_is_the_own_groups_or_a_parents_whichever_leaves_least() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = |p: &str, v: &str| {
+            let p = dir.path().join(p);
+            fs_err::create_dir_all(p.parent().unwrap()).unwrap();
+            fs_err::write(p, v).unwrap();
+        };
+        // v2: the job's group limits (4 GiB, 1 GiB used), the step and task below say `max`.
+        w("v2/cgroup.controllers", "memory");
+        w("v2/memory.max", "max");
+        w("v2/slurm/job_7/memory.max", "4294967296");
+        w("v2/slurm/job_7/memory.current", "1073741824");
+        w("v2/slurm/job_7/step_0/memory.max", "max");
+        w("v2/slurm/job_7/step_0/task_0/memory.max", "max");
+        let v2 = dir.path().join("v2");
+        let v1 = dir.path().join("v1");
+        assert_eq!(
+            cgroup_memory_in("0::/slurm/job_7/step_0/task_0\n", &v2, &v1),
+            Some((4 << 30, 1 << 30))
+        );
+        // v1: the process's own group, not the hierarchy's root (unlimited).
+        w("v1/memory.limit_in_bytes", "9223372036854771712");
+        w("v1/slurm/uid_0/job_9/memory.limit_in_bytes", "2147483648");
+        w("v1/slurm/uid_0/job_9/memory.usage_in_bytes", "0");
+        w(
+            "v1/slurm/uid_0/job_9/step_0/memory.limit_in_bytes",
+            "9223372036854771712",
+        );
+        let own = "12:pids:/slurm/uid_0/job_9/step_0\n4:memory:/slurm/uid_0/job_9/step_0\n1:name=systemd:/x\n";
+        assert_eq!(
+            cgroup_memory_in(own, &dir.path().join("none"), &v1),
+            Some((2 << 30, 0))
+        );
+        // Unlimited everywhere: none.
+        assert_eq!(
+            cgroup_memory_in(
+                "4:memory:/\n",
+                &dir.path().join("none"),
+                &v1.join("slurm/uid_0/job_9/step_0")
+            ),
+            None
+        );
     }
 
     #[test]

@@ -23,6 +23,9 @@ pub enum Assign {
     Cosine,
 }
 
+/// The most k-means starts a spec may ask for.
+pub const MAX_N_INIT: usize = 10_000;
+
 /// What a spec may set for clustering (defaults: the SpherePair code's k-means).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -50,6 +53,15 @@ impl crate::check::Check for ClusterSettings {
     fn check(&self) -> Vec<crate::check::Problem> {
         let mut c = crate::check::Checker::new();
         c.at_least("n_init", self.n_init, 1);
+        if self.n_init > MAX_N_INIT {
+            c.push(
+                "n_init",
+                format!(
+                    "is {}; at most {MAX_N_INIT} k-means starts (the paper's code uses 50; more changes nothing but the time)",
+                    self.n_init
+                ),
+            );
+        }
         c.at_least("max_iter", self.max_iter, 1);
         c.non_negative("tol", self.tol);
         c.done()
@@ -238,20 +250,23 @@ pub fn kmeans(x: &[f32], dim: usize, k: usize, params: &ClusterParams) -> Result
     // Independent starts run in parallel; the winner is the lowest inertia, ties to the
     // earliest start, so the result does not depend on the number of threads.
     use rayon::prelude::*;
-    let runs: Vec<KMeans> = (0..s.n_init)
+    // Only the inertias are kept (a start's labels are as large as the data): the winner is
+    // computed once more from its own random stream, which gives it bit for bit.
+    let start = |run: usize| {
+        let mut rng = Stream::new(params.seed, &["cluster", "kmeans", &run.to_string()]);
+        lloyd(&xf, dim, k, s.max_iter, tol, &mut rng)
+    };
+    let inertias: Vec<f64> = (0..s.n_init)
         .into_par_iter()
-        .map(|run| {
-            let mut rng = Stream::new(params.seed, &["cluster", "kmeans", &run.to_string()]);
-            lloyd(&xf, dim, k, s.max_iter, tol, &mut rng)
-        })
+        .map(|run| start(run).inertia)
         .collect();
     let mut best = 0;
-    for (i, r) in runs.iter().enumerate() {
-        if r.inertia < runs[best].inertia {
+    for (i, r) in inertias.iter().enumerate() {
+        if *r < inertias[best] {
             best = i;
         }
     }
-    Ok(runs.into_iter().nth(best).expect("n_init > 0"))
+    Ok(start(best))
 }
 
 /// Labels of `x` by the chosen assignment rule.

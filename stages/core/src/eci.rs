@@ -972,6 +972,17 @@ impl crate::check::Check for EciSettings {
         let mut c = crate::check::Checker::new();
         c.at_least("folds", self.folds, 2);
         c.sizes("corrector_hidden", &self.corrector_hidden, true);
+        // A lower bound (one input): a Corrector of these sizes per expert, on one batch.
+        let mut dims = vec![1];
+        dims.extend_from_slice(&self.corrector_hidden);
+        dims.push(1);
+        if let Some(p) = crate::check::fits_in_memory(
+            "corrector_hidden",
+            "a Corrector of these sizes",
+            crate::check::net_bytes(&dims, self.corrector_batch_size),
+        ) {
+            c.problems.push(p);
+        }
         c.non_negative("corrector_lambda", self.corrector_lambda);
         c.positive("corrector_huber", self.corrector_huber);
         c.epochs("corrector_epochs", self.corrector_epochs, 1);

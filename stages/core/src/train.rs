@@ -70,11 +70,22 @@ impl crate::check::Check for TrainSettings {
         let mut c = crate::check::Checker::new();
         c.sizes("hidden", &self.hidden, true);
         // A lower bound (one input and one embedding unit): sizes that cannot fit anywhere.
-        if let Some(p) = crate::check::fits_in_memory(
-            "hidden",
-            "an autoencoder of these sizes",
-            crate::check::autoencoder_bytes(1, &self.hidden, 1, self.batch_size.saturating_mul(2)),
-        ) {
+        // The field at fault: the sizes if they do not fit with the default batch, else the
+        // batch (R11: a batch larger than the data was blamed on `hidden`).
+        let bytes = |batch: usize| {
+            crate::check::autoencoder_bytes(1, &self.hidden, 1, batch.saturating_mul(2))
+        };
+        let usual = self.batch_size.min(DEFAULT_BATCH_SIZE);
+        if let Some(p) =
+            crate::check::fits_in_memory("hidden", "an autoencoder of these sizes", bytes(usual))
+                .or_else(|| {
+                    crate::check::fits_in_memory(
+                        "batch_size",
+                        &format!("a batch of {} pairs", self.batch_size),
+                        bytes(self.batch_size),
+                    )
+                })
+        {
             c.problems.push(p);
         }
         c.epochs("epochs", self.epochs, 1);
@@ -261,7 +272,7 @@ impl Default for TrainSettings {
             epochs: 500,
             lr: 1e-3,
             readout_lr: 1e-2,
-            batch_size: 256,
+            batch_size: DEFAULT_BATCH_SIZE,
             lambda_rec: 0.02,
             rec_reduction: RecReduction::Mean,
             grad_clip: Some(1.0),
@@ -590,11 +601,29 @@ pub fn validate(tp: &TrainParams, input_dim: usize, rows: usize, copies: usize) 
         return Err(StageError::input("`embedding_dim` must be at least 1"));
     }
     let bytes = memory_bytes(p, tp.embedding_dim, input_dim, rows, copies);
-    if let Some(problem) = crate::check::fits_in_memory("hidden", "these networks", bytes) {
+    let usual = TrainSettings {
+        batch_size: p.batch_size.min(DEFAULT_BATCH_SIZE),
+        ..p.clone()
+    };
+    let field = if crate::check::fits_in_memory(
+        "hidden",
+        "",
+        memory_bytes(&usual, tp.embedding_dim, input_dim, rows, copies),
+    )
+    .is_none()
+    {
+        "batch_size"
+    } else {
+        "hidden"
+    };
+    if let Some(problem) = crate::check::fits_in_memory(field, "these networks", bytes) {
         return crate::check::require("train", vec![problem]);
     }
     Ok(())
 }
+
+/// The default pairs per mini-batch.
+pub const DEFAULT_BATCH_SIZE: usize = 256;
 
 /// Output of training: embeddings of every instance and the curve.
 pub struct Trained {

@@ -47,6 +47,11 @@ pub fn read_source(arg: &str) -> Result<SpecSource> {
         }
         let text = fs_err::read_to_string(path)
             .map_err(|e| Error::user(format!("cannot read spec `{arg}`: {e}")))?;
+        // A byte-order mark (Notepad writes one) is not part of the YAML.
+        let text = match text.strip_prefix('\u{feff}') {
+            Some(rest) => rest.to_string(),
+            None => text,
+        };
         let dir = path
             .parent()
             .map(|p| {
