@@ -1,6 +1,6 @@
-//! The remote cache's bucket on the Arrow project's `object_store`: `s3://`, `gs://`, `az://`
-//! and `file://` URLs, credentials and endpoints from each cloud's usual environment
-//! (`AWS_ACCESS_KEY_ID`, `AWS_ENDPOINT_URL`, `GOOGLE_SERVICE_ACCOUNT`, `AZURE_STORAGE_…`).
+//! The remote cache's bucket on the Arrow project's `object_store`: `s3://`, `gs://` and `az://`
+//! URLs (`file://` folders use the engine's `DirBucket`, which never follows a link),
+//! credentials and endpoints from each cloud's usual environment (`AWS_ACCESS_KEY_ID`, `AWS_ENDPOINT_URL`, `GOOGLE_SERVICE_ACCOUNT`, `AZURE_STORAGE_…`).
 //! Which remote a command uses: `--remote URL` (or `off`), else `$UPCC_REMOTE`, else the spec's
 //! `remote:`, else the user config's `remote:`; none by default. The protocol (what is
 //! verified, in which order things are written) is the engine's (`upcc_engine::remote`).

@@ -18,7 +18,8 @@
 //! then left alone for the rest of the process: work goes on locally.
 //!
 //! The engine knows no cloud: a [`Bucket`] gives it blocking get/put/list/delete on paths,
-//! and the CLI implements it on the Arrow project's `object_store`.
+//! implemented here for folders ([`DirBucket`], which never follows a link) and by the CLI on
+//! the Arrow project's `object_store` for S3, GCS and Azure.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;

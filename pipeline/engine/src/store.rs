@@ -643,18 +643,7 @@ impl Store {
     /// not trusted) reads as absent too, with one warning per signer, and stays in place (a
     /// colleague's result in a shared store): computing the node replaces it.
     pub fn read_manifest(&self, key: &Digest<NodeKeyTag>) -> Result<Option<Manifest>, StoreError> {
-        let Some(m) = self.read_manifest_intact(key)? else {
-            return Ok(None);
-        };
-        match self.trust.check(&m) {
-            Ok(()) => Ok(Some(m)),
-            Err(why) => {
-                if let Some(w) = self.trust.refusal_warning("the store", &why) {
-                    warn(&w);
-                }
-                Ok(None)
-            }
-        }
+        Ok(self.read_manifest_intact(key)?.filter(|m| self.trusts(m)))
     }
 
     /// [`Store::read_manifest`] without the trust policy: the manifest if it is intact (filed

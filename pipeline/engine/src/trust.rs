@@ -331,7 +331,7 @@ impl Trust {
                 self.configured_in
             ),
             Distrust::Unsigned => format!(
-                "results are signed since upcc 0.1 by the key of whoever computed them; to serve unsigned ones, set `trust: {{store: any}}` or `{{remote: any}}` ({})",
+                "upcc signs each result with the key of whoever computed it; results without a signature were written before signing existed or with `trust: any`; to serve them, set `trust: {{store: any}}` or `{{remote: any}}` ({})",
                 self.configured_in
             ),
             Distrust::BadSignature(_) => {
