@@ -95,6 +95,12 @@ bench-slurm:
     cargo build --quiet --release
     bash .ci/bench-slurm.sh target/release/upcc
 
+# A slow bucket's cost: a 7-node spec computed + uploaded, then downloaded by a fresh store, through
+# a proxy that holds every request DELAY seconds (needs a python with moto[server]: PYTHON=...).
+bench-remote delay="1":
+    cargo build --quiet --release
+    bash .ci/bench-remote.sh target/release/upcc {{delay}}
+
 # How far rounding alone moves the smoke cells' test NMI (the GPU suite's NMI bound): the cells on
 # the CPU with their products split every N terms, per N (about 4 minutes per N on 2 cores).
 rounding-spread store="/var/tmp/upcc-rounding" *args:

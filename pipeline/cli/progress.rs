@@ -174,6 +174,11 @@ impl Observer for Progress {
                 "upcc: corrupt object {} ({message}); quarantined, recomputing its producer",
                 digest.short()
             )),
+            RunEvent::Uploading { left } => self.line(&format!(
+                "upcc: uploading {left} result{} to the remote cache (computed here; Ctrl-C leaves {} for `upcc push`)",
+                if left == 1 { "" } else { "s" },
+                if left == 1 { "it" } else { "them" }
+            )),
         }
     }
 }

@@ -21,14 +21,20 @@ pub(crate) struct Pulled {
 
 /// Download into `store` every node of `dag` the remote holds and the store lacks, in
 /// dependency order (the keys of nodes below a remote result come from its manifest, as in
-/// `status`).
+/// `status`); their objects come down together, eight at a time.
 pub(crate) fn pull_into(
     dag: &upcc_engine::Dag,
     store: &upcc_engine::Store,
     spec_name: &str,
-    remote: &upcc_engine::RemoteCache,
+    remote: &std::sync::Arc<upcc_engine::RemoteCache>,
 ) -> Result<Pulled> {
     let entries = plan_with(dag, store, spec_name, Some(remote))?;
+    let keys: Vec<_> = entries
+        .iter()
+        .filter(|e| e.remote && e.status != NodeStatus::Fresh)
+        .filter_map(|e| e.key)
+        .collect();
+    let prefetch = remote.prefetch(store, &keys, upcc_engine::remote::DOWNLOADS_AT_ONCE);
     let mut p = Pulled {
         pulled: 0,
         fresh: 0,
@@ -62,6 +68,7 @@ pub(crate) fn pull_into(
             break;
         }
     }
+    prefetch.finish();
     Ok(p)
 }
 

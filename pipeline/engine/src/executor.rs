@@ -8,8 +8,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
@@ -61,6 +62,8 @@ pub enum RunEvent<'a> {
         digest: Digest<Artifact>,
         message: &'a str,
     },
+    /// Every node is settled; the run waits for `left` uploads to the remote cache.
+    Uploading { left: usize },
 }
 
 /// Receives a run's events on the scheduling thread.
@@ -241,9 +244,10 @@ struct Sched<'a> {
     /// of each node being downloaded (to compute it if the remote cannot answer).
     running_res: Vec<Option<crate::task::Resources>>,
     fetching: Vec<Option<(KeyMaterial, Digest<NodeKeyTag>)>>,
-    /// Where workers send their results and their progress.
+    /// Where workers send their results and their progress, and their results to upload.
     done_tx: Sender<Event>,
     progress_tx: Sender<ProgressEvent>,
+    uploads: Option<&'a Uploads>,
 }
 
 /// Whether starting a node progressed the run without starting it (another process had
@@ -284,6 +288,7 @@ impl<'a> Sched<'a> {
             fetching: vec![None; n],
             done_tx,
             progress_tx,
+            uploads: None,
         }
     }
 
@@ -454,7 +459,11 @@ impl<'a> Sched<'a> {
             dag.node(i).resources
         };
         let threads = res.threads.clamp(1, cfg.threads.max(1));
-        if !self.slots.fits(&res, threads) {
+        if !(if fetch {
+            self.slots.free_fetches > 0
+        } else {
+            self.slots.fits(&res, threads)
+        }) {
             return Ok(Started::No);
         }
         // When every GPU is lost, a node that needs one fails.
@@ -502,7 +511,7 @@ impl<'a> Sched<'a> {
                 return Ok(Started::SettledHere);
             }
         }
-        self.slots.take(i, &res, threads, gpu);
+        self.slots.take(i, &res, threads, gpu, fetch);
         self.own_keys.insert(key);
         self.state[i] = State::Running;
         self.running_res[i] = Some(res);
@@ -536,6 +545,11 @@ impl<'a> Sched<'a> {
             gpu,
             store: self.store.clone(),
             cfg: cfg.clone(),
+            uploads: if fetch {
+                None
+            } else {
+                self.uploads.and_then(|u| u.queue.clone())
+            },
         };
         let (tx, ptx) = (self.done_tx.clone(), self.progress_tx.clone());
         std::thread::Builder::new()
@@ -674,6 +688,9 @@ impl<'a> Sched<'a> {
 /// What the run's nodes may use at once: threads, memory and the GPU slots.
 struct Slots {
     free_threads: usize,
+    /// Downloads that may start (they hold no thread), and which running nodes are downloads.
+    free_fetches: usize,
+    fetch_of: Vec<bool>,
     free_memory: u64,
     /// Free GPU memory per slot, nodes running per slot, and each running node's slot.
     gpu_free: Vec<u64>,
@@ -689,6 +706,8 @@ impl Slots {
     fn new(cfg: &RunConfig, n: usize) -> Self {
         Slots {
             free_threads: cfg.threads.max(1),
+            free_fetches: FETCHES_AT_ONCE,
+            fetch_of: vec![false; n],
             free_memory: cfg.memory_mb,
             gpu_free: cfg.gpus.clone(),
             gpu_running: vec![0; cfg.gpus.len()],
@@ -724,7 +743,20 @@ impl Slots {
             .max_by_key(|&g| (self.gpu_free[g], std::cmp::Reverse(g)))
     }
 
-    fn take(&mut self, i: usize, res: &crate::task::Resources, threads: usize, gpu: Option<usize>) {
+    fn take(
+        &mut self,
+        i: usize,
+        res: &crate::task::Resources,
+        threads: usize,
+        gpu: Option<usize>,
+        fetch: bool,
+    ) {
+        if fetch {
+            self.free_fetches -= 1;
+            self.fetch_of[i] = true;
+            self.running += 1;
+            return;
+        }
         self.free_threads -= threads;
         self.free_memory = self.free_memory.saturating_sub(res.memory_mb);
         if let Some(g) = gpu {
@@ -743,6 +775,10 @@ impl Slots {
         cfg: &RunConfig,
     ) -> Option<usize> {
         self.running -= 1;
+        if std::mem::take(&mut self.fetch_of[i]) {
+            self.free_fetches += 1;
+            return None;
+        }
         self.free_threads += res.threads.clamp(1, cfg.threads.max(1));
         self.free_memory = (self.free_memory + res.memory_mb).min(cfg.memory_mb);
         let slot = self.gpu_of[i].take();
@@ -751,6 +787,89 @@ impl Slots {
             self.gpu_running[g] -= 1;
         }
         slot
+    }
+}
+
+/// Downloads from the remote cache at once: they hold no CPU thread (their time is the
+/// bucket's latency), so a slow bucket is paid once per wave of ready nodes, not per node.
+const FETCHES_AT_ONCE: usize = crate::remote::DOWNLOADS_AT_ONCE;
+
+/// Uploads to the remote cache at once, on threads of their own beside the nodes.
+const UPLOADS_AT_ONCE: usize = 4;
+
+/// The run's uploads: workers hand each computed result here and go on; the run waits for
+/// them only at its end. A remote that fails only warns (the result is stored locally and
+/// `upcc push` uploads it later).
+struct Uploads {
+    queue: Option<UploadQueue>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// Where a worker hands its result to be uploaded, and how many are handed and not done.
+#[derive(Clone)]
+struct UploadQueue {
+    tx: Sender<Manifest>,
+    pending: Arc<AtomicUsize>,
+}
+
+impl UploadQueue {
+    fn push(&self, m: Manifest) {
+        self.pending.fetch_add(1, Ordering::SeqCst);
+        if self.tx.send(m).is_err() {
+            self.pending.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Uploads {
+    fn start(remote: &Arc<RemoteCache>, store: &Store) -> Result<Self, EngineError> {
+        let (tx, rx) = channel::<Manifest>();
+        let rx = Arc::new(Mutex::new(rx));
+        let pending = Arc::new(AtomicUsize::new(0));
+        let mut threads = Vec::new();
+        for t in 0..UPLOADS_AT_ONCE {
+            let (rx, remote, store) = (rx.clone(), remote.clone(), store.clone());
+            let pending = pending.clone();
+            let span = tracing::Span::current();
+            let handle = std::thread::Builder::new()
+                .name(format!("upcc-upload-{t}"))
+                .spawn(move || {
+                    let _span = span.entered();
+                    loop {
+                        // The lock is held to take the next result, never during its upload.
+                        let next = match rx.lock() {
+                            Ok(rx) => rx.recv(),
+                            Err(_) => return,
+                        };
+                        let Ok(m) = next else { return };
+                        if let Err(e) = remote.upload(&store, &m) {
+                            tracing::warn!("upload of {} failed: {e}", m.key.short());
+                        }
+                        pending.fetch_sub(1, Ordering::SeqCst);
+                    }
+                })
+                .map_err(|e| {
+                    EngineError::Internal(format!("cannot spawn an upload thread: {e}"))
+                })?;
+            threads.push(handle);
+        }
+        Ok(Uploads {
+            queue: Some(UploadQueue { tx, pending }),
+            threads,
+        })
+    }
+
+    /// Wait for every upload handed over (the workers have all ended by now).
+    fn finish(mut self, observer: &mut dyn Observer) {
+        if let Some(q) = self.queue.take() {
+            let left = q.pending.load(Ordering::SeqCst);
+            if left > 0 {
+                observer.event(RunEvent::Uploading { left });
+            }
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
     }
 }
 
@@ -763,7 +882,28 @@ pub fn run(
 ) -> Result<RunReport, EngineError> {
     let (tx, rx): (Sender<Event>, Receiver<Event>) = channel();
     let (ptx, prx) = channel::<ProgressEvent>();
+    let uploads = match &cfg.remote {
+        Some(remote) => Some(Uploads::start(remote, store)?),
+        None => None,
+    };
+    // The objects of every result the remote holds for this run come down together, in the
+    // background (a chain of results is one wave of downloads, not one node after another).
+    let prefetch = cfg
+        .remote
+        .as_ref()
+        .filter(|r| r.unreachable().is_none())
+        .and_then(|remote| {
+            let entries = crate::plan::plan_with(dag, store, &cfg.spec, Some(remote)).ok()?;
+            let keys: Vec<_> = entries
+                .iter()
+                .enumerate()
+                .filter(|(i, e)| e.remote && !cfg.force.contains(i))
+                .filter_map(|(_, e)| e.key)
+                .collect();
+            Some(remote.prefetch(store, &keys, FETCHES_AT_ONCE))
+        });
     let mut sc = Sched::new(dag, store, cfg, observer, tx, ptx);
+    sc.uploads = uploads.as_ref();
     let mut last_poll = Instant::now() - cfg.poll_interval;
     loop {
         sc.resolve_pending()?;
@@ -783,7 +923,14 @@ pub fn run(
             sc.on_finished(node, result)?;
         }
     }
-    Ok(sc.into_report())
+    let report = sc.into_report();
+    if let Some(p) = prefetch {
+        p.finish();
+    }
+    if let Some(u) = uploads {
+        u.finish(observer);
+    }
+    Ok(report)
 }
 
 fn update_ref(
@@ -819,6 +966,8 @@ struct Job {
     gpu: Option<usize>,
     store: Store,
     cfg: RunConfig,
+    /// Where a computed result goes to be uploaded (when the run has a remote).
+    uploads: Option<UploadQueue>,
 }
 
 impl Job {
@@ -932,12 +1081,11 @@ impl Job {
         drop(lease);
         match result {
             Ok(manifest) => {
-                // Shared with other machines once it is safely here; a remote that fails only
-                // warns (the result is stored locally, `upcc push` uploads it later).
-                if let Some(remote) = &self.cfg.remote {
-                    if let Err(e) = remote.upload(&self.store, &manifest) {
-                        tracing::warn!("upload of {} failed: {e}", self.key.short());
-                    }
+                // Shared with other machines once it is safely here, in the background: its
+                // dependants start now, not after the upload (a slow bucket is not paid on the
+                // critical path).
+                if let Some(uploads) = &self.uploads {
+                    uploads.push(manifest.clone());
                 }
                 WorkerResult::Done {
                     outputs: manifest.outputs,

@@ -30,7 +30,7 @@ use serde::Serialize;
 use std::sync::Arc;
 
 use crate::digest::{Artifact, Digest, NodeKeyTag};
-use crate::store::{GcReport, Manifest, Store, StoreError};
+use crate::store::{GcReport, Manifest, OutputRecord, Store, StoreError};
 use crate::trust::Trust;
 
 /// The largest manifest read from a remote (a real one is a few KiB).
@@ -154,6 +154,38 @@ pub struct RemoteCache {
     skipped_reported: Mutex<bool>,
     /// Keys whose remote result was not trusted (counted once each).
     untrusted: Mutex<BTreeSet<Digest<NodeKeyTag>>>,
+    /// Objects being downloaded now (by a node's fetch or the prefetch): one download each;
+    /// another asker waits for it.
+    in_flight: Mutex<BTreeSet<Digest<Artifact>>>,
+    landed: std::sync::Condvar,
+    /// Objects the prefetch downloaded (counted for the node that uses them).
+    prefetched: Mutex<BTreeSet<Digest<Artifact>>>,
+}
+
+/// How many downloads from a remote run at once (nodes, or the objects of a prefetch).
+pub const DOWNLOADS_AT_ONCE: usize = 8;
+
+/// Downloads started by [`RemoteCache::prefetch`]: [`Prefetch::finish`] stops what has not
+/// started and waits for what has.
+pub struct Prefetch {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Prefetch {
+    /// Dropped unfinished (a run that ended in an error): nothing more starts.
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Prefetch {
+    pub fn finish(mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
 }
 
 impl std::fmt::Debug for RemoteCache {
@@ -200,6 +232,9 @@ impl RemoteCache {
             trust,
             skipped_reported: Mutex::new(false),
             untrusted: Mutex::new(BTreeSet::new()),
+            in_flight: Mutex::new(BTreeSet::new()),
+            landed: std::sync::Condvar::new(),
+            prefetched: Mutex::new(BTreeSet::new()),
         }
     }
 
@@ -394,59 +429,14 @@ impl RemoteCache {
         }
         let (mut objects, mut bytes_in) = (0usize, 0u64);
         for (name, o) in &m.outputs {
-            if store.has_object(&o.digest, o.bytes) {
-                continue;
+            match self.object(store, key, name, o, false)? {
+                Some(true) => {
+                    objects += 1;
+                    bytes_in += o.bytes;
+                }
+                Some(false) => {}
+                None => return Ok(None),
             }
-            let path = object_path(&o.digest);
-            let bytes = match self.bucket.get(&path, o.bytes) {
-                Ok(Got::Bytes(b)) => b,
-                Ok(Got::TooLarge(n)) => {
-                    self.refused(
-                        path,
-                        format!(
-                            "remote object {} (output `{name}` of {}) is {n} bytes where {} were expected; refused without reading it, the node is computed locally and the object replaced on the remote",
-                            o.digest.short(),
-                            key.short(),
-                            o.bytes
-                        ),
-                    );
-                    return Ok(None);
-                }
-                Ok(Got::Absent) => {
-                    self.refused(
-                        path,
-                        format!(
-                            "remote result {} lists object {} (output `{name}`), which the remote does not hold; the node is computed locally",
-                            key.short(),
-                            o.digest.short()
-                        ),
-                    );
-                    return Ok(None);
-                }
-                Err(e) => {
-                    self.lost(&e);
-                    return Ok(None);
-                }
-            };
-            let actual = Digest::<Artifact>::of_bytes(&bytes);
-            if actual != o.digest || bytes.len() as u64 != o.bytes {
-                self.refused(
-                    path,
-                    format!(
-                        "remote object {} (output `{name}` of {}) is corrupt: {} bytes hashing to {}, expected {} bytes hashing to {}; refused, the node is computed locally and the object replaced on the remote",
-                        o.digest.short(),
-                        key.short(),
-                        bytes.len(),
-                        actual.short(),
-                        o.bytes,
-                        o.digest.short()
-                    ),
-                );
-                return Ok(None);
-            }
-            store.put_object(&bytes)?;
-            objects += 1;
-            bytes_in += bytes.len() as u64;
         }
         store.write_downloaded_manifest(&m)?;
         let p = &m.provenance;
@@ -462,11 +452,163 @@ impl RemoteCache {
                 p.finished_at
             ),
         )?;
-        let mut s = mutex(&self.stats);
-        s.nodes_downloaded += 1;
-        s.objects_downloaded += objects;
-        s.bytes_downloaded += bytes_in;
+        mutex(&self.stats).nodes_downloaded += 1;
         Ok(Some(m))
+    }
+
+    /// Make output `name` (object `o`) of remote result `key` present in `store`: `Some(true)`
+    /// when this process downloaded it (now or in its prefetch), `Some(false)` when the store
+    /// held it, `None` when the remote cannot give it (refused and reported, or unreachable).
+    /// One download per object at a time: a second asker waits for the first.
+    fn object(
+        &self,
+        store: &Store,
+        key: &Digest<NodeKeyTag>,
+        name: &str,
+        o: &OutputRecord,
+        prefetch: bool,
+    ) -> Result<Option<bool>, StoreError> {
+        let mut flying = mutex(&self.in_flight);
+        while flying.contains(&o.digest) {
+            flying = self.landed.wait(flying).unwrap_or_else(|p| p.into_inner());
+        }
+        if store.has_object(&o.digest, o.bytes) {
+            return Ok(Some(mutex(&self.prefetched).contains(&o.digest)));
+        }
+        if self.is_down() {
+            return Ok(None);
+        }
+        flying.insert(o.digest);
+        drop(flying);
+        let got = self.download(store, key, name, o);
+        if prefetch && matches!(got, Ok(true)) {
+            mutex(&self.prefetched).insert(o.digest);
+        }
+        mutex(&self.in_flight).remove(&o.digest);
+        self.landed.notify_all();
+        let got = got?;
+        if got {
+            let mut s = mutex(&self.stats);
+            s.objects_downloaded += 1;
+            s.bytes_downloaded += o.bytes;
+        }
+        Ok(got.then_some(true))
+    }
+
+    /// Download object `o` into `store`, checked against its digest and size: whether it is
+    /// there now (a refusal is reported).
+    fn download(
+        &self,
+        store: &Store,
+        key: &Digest<NodeKeyTag>,
+        name: &str,
+        o: &OutputRecord,
+    ) -> Result<bool, StoreError> {
+        let path = object_path(&o.digest);
+        let bytes = match self.bucket.get(&path, o.bytes) {
+            Ok(Got::Bytes(b)) => b,
+            Ok(Got::TooLarge(n)) => {
+                self.refused(
+                    path,
+                    format!(
+                        "remote object {} (output `{name}` of {}) is {n} bytes where {} were expected; refused without reading it, the node is computed locally and the object replaced on the remote",
+                        o.digest.short(),
+                        key.short(),
+                        o.bytes
+                    ),
+                );
+                return Ok(false);
+            }
+            Ok(Got::Absent) => {
+                self.refused(
+                    path,
+                    format!(
+                        "remote result {} lists object {} (output `{name}`), which the remote does not hold; the node is computed locally",
+                        key.short(),
+                        o.digest.short()
+                    ),
+                );
+                return Ok(false);
+            }
+            Err(e) => {
+                self.lost(&e);
+                return Ok(false);
+            }
+        };
+        let actual = Digest::<Artifact>::of_bytes(&bytes);
+        if actual != o.digest || bytes.len() as u64 != o.bytes {
+            self.refused(
+                path,
+                format!(
+                    "remote object {} (output `{name}` of {}) is corrupt: {} bytes hashing to {}, expected {} bytes hashing to {}; refused, the node is computed locally and the object replaced on the remote",
+                    o.digest.short(),
+                    key.short(),
+                    bytes.len(),
+                    actual.short(),
+                    o.bytes,
+                    o.digest.short()
+                ),
+            );
+            return Ok(false);
+        }
+        store.put_object(&bytes)?;
+        Ok(true)
+    }
+
+    /// Start downloading, in the background and `at_once` at a time, the objects of the
+    /// remote results `keys` that `store` would serve and lacks: the objects of a chain of
+    /// results come down together instead of one node after another. A node's own fetch
+    /// then finds them here (or waits for the one in flight); a failure here only means the
+    /// fetch tries (and reports) again.
+    pub fn prefetch(
+        self: &Arc<Self>,
+        store: &Store,
+        keys: &[Digest<NodeKeyTag>],
+        at_once: usize,
+    ) -> Prefetch {
+        let mut seen = BTreeSet::new();
+        let mut queue = std::collections::VecDeque::new();
+        for key in keys {
+            let Some(m) = self.manifest(key) else {
+                continue;
+            };
+            if !store.trusts(&m) {
+                continue;
+            }
+            for (name, o) in &m.outputs {
+                if seen.insert(o.digest) && !store.has_object(&o.digest, o.bytes) {
+                    queue.push_back((*key, name.clone(), o.clone()));
+                }
+            }
+        }
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let queue = Arc::new(Mutex::new(queue));
+        let threads = (0..at_once.min(mutex(&queue).len()))
+            .filter_map(|t| {
+                let (me, store, queue, stop) =
+                    (self.clone(), store.clone(), queue.clone(), stop.clone());
+                let span = tracing::Span::current();
+                std::thread::Builder::new()
+                    .name(format!("upcc-prefetch-{t}"))
+                    .spawn(move || {
+                        let _span = span.entered();
+                        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                            let Some((key, name, o)) = mutex(&queue).pop_front() else {
+                                return;
+                            };
+                            match me.object(&store, &key, &name, &o, true) {
+                                Ok(_) => {}
+                                Err(e) => {
+                                    tracing::debug!("prefetch of {} failed: {e}", o.digest.short());
+                                    return;
+                                }
+                            }
+                        }
+                    })
+                    .ok()
+            })
+            .collect();
+        Prefetch { stop, threads }
     }
 
     /// Upload node `m.key` (published in `store`): every object the remote lacks (or holds corrupt), then
@@ -543,6 +685,10 @@ impl RemoteCache {
                     }
                 }
             }
+        }
+        // The listing this process planned with holds the key now (a later plan sees it).
+        if let Some(index) = mutex(&self.index).as_mut() {
+            index.insert(*key);
         }
         let mut s = mutex(&self.stats);
         s.objects_uploaded += sent.0;

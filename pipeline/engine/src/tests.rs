@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -187,6 +187,7 @@ impl Observer for Recorder {
             RunEvent::Reopened { node } => format!("reopen {node}"),
             RunEvent::Waiting { id, .. } => format!("wait {id}"),
             RunEvent::Corrupt { .. } => "corrupt".into(),
+            RunEvent::Uploading { left } => format!("uploading {left}"),
         });
     }
 }
@@ -979,4 +980,113 @@ fn non_regular_files_in_a_store_are_refused_without_blocking() {
     assert!(f.store.read_object(&oa).is_err());
     let report = f.store.verify(|_, _| {}).unwrap();
     assert!(report.corrupt_objects.contains(&oa.to_hex()), "{report:?}");
+}
+
+/// A folder bucket whose manifest puts wait for `gate` (polled, 30 s at most) and whose gets
+/// are slow and counted, to see what a slow bucket costs a run.
+#[derive(Clone)]
+struct Slow {
+    inner: Arc<crate::remote::DirBucket>,
+    gate: Arc<dyn Fn() -> bool + Send + Sync>,
+    gate_timed_out: Arc<AtomicUsize>,
+    gets_now: Arc<AtomicUsize>,
+    gets_at_once: Arc<AtomicUsize>,
+}
+
+impl Bucket for Slow {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn get(&self, path: &str, max: u64) -> Result<Got, BucketError> {
+        let now = self.gets_now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.gets_at_once.fetch_max(now, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(150));
+        self.gets_now.fetch_sub(1, Ordering::SeqCst);
+        self.inner.get(path, max)
+    }
+    fn head(&self, path: &str) -> Result<Option<u64>, BucketError> {
+        self.inner.head(path)
+    }
+    fn put(&self, path: &str, bytes: &[u8], mode: PutMode) -> Result<Put, BucketError> {
+        if path.starts_with("nodes/") {
+            let t0 = Instant::now();
+            while !(self.gate)() {
+                if t0.elapsed() > Duration::from_secs(30) {
+                    self.gate_timed_out.fetch_add(1, Ordering::SeqCst);
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        self.inner.put(path, bytes, mode)
+    }
+    fn list(&self, prefix: &str) -> Result<Listing, BucketError> {
+        self.inner.list(prefix)
+    }
+    fn delete(&self, path: &str) -> Result<(), BucketError> {
+        self.inner.delete(path)
+    }
+}
+
+/// R12: a node's dependants do not wait for its upload (the uploads here are held until all
+/// four nodes have run, which could never happen if each upload came before its dependants),
+/// the run still ends with every result uploaded, and a second store's downloads overlap even
+/// on one thread: the objects of the whole chain (a, b and c, d below them) come down at once.
+#[test]
+fn uploads_and_downloads_are_off_the_critical_path() {
+    let bucket = tempfile::tempdir().unwrap();
+    let f = fixture();
+    let dag = diamond(&f, &params(), false);
+    let counters = f.runs.clone();
+    let slow = Slow {
+        inner: Arc::new(crate::remote::DirBucket::new(bucket.path()).unwrap()),
+        gate: Arc::new(move || counters.iter().all(|r| r.load(Ordering::SeqCst) == 1)),
+        gate_timed_out: Arc::default(),
+        gets_now: Arc::default(),
+        gets_at_once: Arc::default(),
+    };
+    let remote = Arc::new(RemoteCache::new(
+        Box::new(slow.clone()),
+        false,
+        Arc::default(),
+    ));
+    let mut c = cfg(false);
+    c.remote = Some(remote.clone());
+    let r = run(&dag, &f.store, &c, &mut Quiet).unwrap();
+    assert_eq!(r.count(Outcome::Executed), 4);
+    assert_eq!(
+        slow.gate_timed_out.load(Ordering::SeqCst),
+        0,
+        "no upload held up a node"
+    );
+    assert_eq!(
+        remote.stats().nodes_uploaded,
+        4,
+        "all uploaded when run returns"
+    );
+    assert_eq!(remote.list_keys().unwrap().len(), 4);
+
+    // A second store on one thread: its plan reads the four manifests, then the four objects
+    // come down together (one node after another, at most b and c would overlap).
+    let g = fixture();
+    let dag = diamond(&g, &params(), false);
+    let mut c = cfg(false);
+    c.threads = 1;
+    let reader = Arc::new(RemoteCache::new(
+        Box::new(slow.clone()),
+        false,
+        Arc::default(),
+    ));
+    c.remote = Some(reader);
+    let r = run(&dag, &g.store, &c, &mut Quiet).unwrap();
+    assert_eq!(r.count(Outcome::Downloaded), 4);
+    assert_eq!(runs(&g), vec![0, 0, 0, 0]);
+    assert!(g.store.verify(|_, _| {}).unwrap().is_clean());
+    let stats = c.remote.as_ref().unwrap().stats();
+    assert_eq!((stats.nodes_downloaded, stats.objects_downloaded), (4, 4));
+    assert!(
+        slow.gets_at_once.load(Ordering::SeqCst) >= 3,
+        "downloads of a chain overlap: {}",
+        slow.gets_at_once.load(Ordering::SeqCst)
+    );
 }
