@@ -231,3 +231,77 @@ fn the_memory_check_covers_correctors_and_kmeans_starts_and_names_the_batch() {
         "{r:?}"
     );
 }
+
+/// `gc` decides what to keep on every intact result, whoever signed it: a user who does not
+/// trust a colleague's key neither deletes the colleague's results from a shared store nor,
+/// from an empty store, the results the colleague uploaded (the keys below them are found
+/// through them, as through one's own).
+#[test]
+fn gc_keeps_what_an_untrusted_colleague_computed() {
+    let env = Env::new();
+    let spec = env.spec();
+    let remote = format!("file://{}", env.path("bucket").display());
+    let a = as_user(
+        &env,
+        "alice",
+        "shared",
+        &[
+            "run",
+            &spec,
+            "--json",
+            "--progress",
+            "none",
+            "--remote",
+            &remote,
+        ],
+    );
+    assert_eq!(a.json()["executed"], TINY_NODES, "{a:?}");
+    // Manifests under a store's or the folder remote's `nodes/`.
+    let count = |dir: &str| -> usize {
+        let Ok(fans) = std::fs::read_dir(env.path(dir).join("nodes")) else {
+            return 0;
+        };
+        fans.flatten()
+            .filter_map(|f| std::fs::read_dir(f.path()).ok())
+            .map(|d| d.count())
+            .sum()
+    };
+    let (local, remote_results) = (count("shared"), count("bucket"));
+    assert_eq!(remote_results, TINY_NODES);
+    // Dave (his own key, Alice's not trusted) collects the shared store, then the remote from
+    // a store of his own that holds nothing.
+    let g = as_user(
+        &env,
+        "dave",
+        "shared",
+        &["gc", &spec, "--grace-minutes", "0"],
+    );
+    assert_eq!(g.code, 0, "{g:?}");
+    assert_eq!(count("shared"), local, "{g:?}");
+    // (`pull` makes his store and downloads nothing: he trusts none of it.)
+    let p = as_user(
+        &env,
+        "dave",
+        "dave-store",
+        &["pull", &spec, "--remote", &remote],
+    );
+    assert!(p.stderr.contains("not trusted"), "{p:?}");
+    assert_eq!(count("dave-store"), 0, "{p:?}");
+    let g = as_user(
+        &env,
+        "dave",
+        "dave-store",
+        &["gc", &spec, "--remote", &remote, "--grace-minutes", "0"],
+    );
+    assert_eq!(g.code, 0, "{g:?}");
+    assert_eq!(count("bucket"), remote_results, "{g:?}");
+    assert!(g.stdout.contains("0 results and 0 objects"), "{g:?}");
+    // Alice's store still serves everything.
+    let again = as_user(
+        &env,
+        "alice",
+        "shared",
+        &["run", &spec, "--json", "--progress", "none"],
+    );
+    assert_eq!(again.json()["executed"], 0, "{again:?}");
+}

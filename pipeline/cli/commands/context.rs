@@ -334,12 +334,19 @@ pub(crate) fn remote_for(
     flag: Option<&str>,
     spec: &Spec,
 ) -> Result<Option<std::sync::Arc<upcc_engine::RemoteCache>>> {
+    remote_for_with(flag, spec, crate::trust::remote_trust)
+}
+
+/// [`remote_for`] with the trust `trust` gives (asked only when there is a remote).
+pub(crate) fn remote_for_with(
+    flag: Option<&str>,
+    spec: &Spec,
+    trust: impl FnOnce() -> Result<std::sync::Arc<upcc_engine::Trust>>,
+) -> Result<Option<std::sync::Arc<upcc_engine::RemoteCache>>> {
     let config = crate::slurm::user_config_remote()?;
     match crate::remote::choose(flag, spec.file.remote.as_deref(), config.as_deref()) {
         None => Ok(None),
-        Some((url, origin)) => {
-            crate::remote::open(&url, origin, true, crate::trust::remote_trust()?).map(Some)
-        }
+        Some((url, origin)) => crate::remote::open(&url, origin, true, trust()?).map(Some),
     }
 }
 

@@ -18,14 +18,25 @@ pub fn gc(args: &GcArgs, env: &Env) -> Result<i32> {
         ))
         .hint("0 keeps nothing for being recent; the default 60 keeps what was written in the last hour")
     })?;
-    let store = open_store(&env.store, false)?;
+    // What to keep is decided on every intact result, whoever signed it: a result this user
+    // does not trust (a colleague's in a shared store or bucket) is not served to them, but it
+    // is not garbage either, and the keys below it are found through it as through one's own.
+    let keep_every_signer = || {
+        std::sync::Arc::new(upcc_engine::Trust::new(
+            upcc_engine::Policy::Any,
+            vec![],
+            None,
+            String::new(),
+        ))
+    };
+    let store = open_store(&env.store, false)?.with_trust(keep_every_signer());
     // `--remote [URL]`: the remote is collected too, with the same roots; never without it.
     let remote = match &args.remote {
         None => None,
         Some(url) => {
             let first = specs::load(&args.specs[0], &[])?;
             let flag = Some(url.as_str()).filter(|u| !u.is_empty());
-            match remote_for(flag, &first)? {
+            match remote_for_with(flag, &first, || Ok(keep_every_signer()))? {
                 Some(r) => Some(r),
                 None => return Err(super::push::no_remote("gc --remote")),
             }
@@ -113,8 +124,9 @@ fn describe(r: &upcc_engine::store::GcReport, dry_run: bool) -> String {
         String::new()
     } else {
         format!(
-            "; skipped {} entries that are not upcc's (never deleted: {}{})",
-            r.skipped.len(),
+            "; skipped {} that {} not upcc's (never deleted: {}{})",
+            if r.skipped.len() == 1 { "1 entry".to_string() } else { format!("{} entries", r.skipped.len()) },
+            if r.skipped.len() == 1 { "is" } else { "are" },
             r.skipped.iter().take(3).cloned().collect::<Vec<_>>().join(", "),
             if r.skipped.len() > 3 { ", …" } else { "" }
         )

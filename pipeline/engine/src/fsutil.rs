@@ -162,10 +162,34 @@ pub fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
     if !kind.is_file() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
-            format!("`{}` is not a regular file ({kind:?})", path.display()),
+            format!(
+                "`{}` is {}, not a regular file",
+                path.display(),
+                kind_name(kind)
+            ),
         ));
     }
     Ok(f)
+}
+
+/// What a file that is not a regular file is, in words.
+pub fn kind_name(kind: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_symlink() {
+        "a symbolic link"
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a named pipe (FIFO)"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_block_device() || kind.is_char_device() {
+        "a device"
+    } else if kind.is_file() {
+        "a regular file"
+    } else {
+        "something other than a file"
+    }
 }
 
 /// The bytes of regular file `path` ([`open_regular`]), at most `cap` of them: a file larger

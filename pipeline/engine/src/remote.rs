@@ -265,6 +265,12 @@ impl RemoteCache {
         self.bucket.describe()
     }
 
+    /// Where a remote result refused by the local store's policy was found, for its warning
+    /// (the same words as a refusal by the remote's own policy: the fix is the same).
+    fn for_local_policy(&self) -> String {
+        format!("remote `{}`", self.describe())
+    }
+
     pub fn stats(&self) -> RemoteStats {
         mutex(&self.stats).clone()
     }
@@ -424,7 +430,7 @@ impl RemoteCache {
             return Ok(None);
         };
         // A result the local store would not serve is not worth downloading.
-        if !store.trusts(&m) {
+        if !store.trusts_from(&m, &self.for_local_policy()) {
             return Ok(None);
         }
         let (mut objects, mut bytes_in) = (0usize, 0u64);
@@ -572,7 +578,7 @@ impl RemoteCache {
             let Some(m) = self.manifest(key) else {
                 continue;
             };
-            if !store.trusts(&m) {
+            if !store.trusts_from(&m, &self.for_local_policy()) {
                 continue;
             }
             for (name, o) in &m.outputs {
@@ -833,6 +839,9 @@ impl RemoteCache {
                 }
             }
         }
+        // A stray key can be reported by the listing and again by the name check.
+        report.skipped.sort();
+        report.skipped.dedup();
         Ok(report)
     }
 

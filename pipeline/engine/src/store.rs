@@ -677,10 +677,15 @@ impl Store {
     /// Whether this store's policy serves `m` (for a download: a result the store would refuse
     /// to serve is not fetched).
     pub fn trusts(&self, m: &Manifest) -> bool {
+        self.trusts_from(m, "the store")
+    }
+
+    /// [`Store::trusts`] for a result found in `place` (a remote): the warning names it.
+    pub fn trusts_from(&self, m: &Manifest, place: &str) -> bool {
         match self.trust.check(m) {
             Ok(()) => true,
             Err(why) => {
-                if let Some(w) = self.trust.refusal_warning("the store", &why) {
+                if let Some(w) = self.trust.refusal_warning(place, &why) {
                     warn(&w);
                 }
                 false
@@ -1101,8 +1106,8 @@ fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<JsonRead<T>, S
         Ok(m) if m.is_dir() => return Ok(JsonRead::Corrupt("a directory, not a file".into())),
         Ok(m) if !m.is_file() => {
             return Ok(JsonRead::Corrupt(format!(
-                "not a regular file ({:?})",
-                m.file_type()
+                "{}, not a regular file",
+                crate::fsutil::kind_name(m.file_type())
             )))
         }
         _ => {}
