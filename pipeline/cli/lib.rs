@@ -29,6 +29,7 @@ pub fn main_entry() -> i32 {
         }
     };
     init_tracing(cli.verbose);
+    say_what_ctrl_c_keeps();
     if let Err(e) = env::check() {
         eprint!("{e}");
         return e.exit_code();
@@ -141,6 +142,29 @@ fn first_word(args: &[std::ffi::OsString]) -> String {
         })
         .unwrap_or("run")
         .to_string()
+}
+
+/// Ctrl-C (SIGINT): one line saying what happens to the work, then exit 130 at once, as the
+/// default action would. Nothing needs unwinding: outputs are published before their manifest
+/// (atomically), and a node's lease is a lock the kernel drops with the process, so what was
+/// stored is kept, nothing half-written is served, and what was running is free for the next
+/// run to compute (or for another process now).
+fn say_what_ctrl_c_keeps() {
+    extern "C" fn on_sigint(_: libc::c_int) {
+        const LINE: &[u8] = b"\nupcc: interrupted (Ctrl-C): results already stored are kept; nodes that were running are computed again by the next `upcc run`; uploads not finished go up with `upcc push`\n";
+        // SAFETY: write(2) and _exit(2) are async-signal-safe; LINE is a static buffer.
+        unsafe {
+            libc::write(2, LINE.as_ptr().cast(), LINE.len());
+            libc::_exit(130);
+        }
+    }
+    // SAFETY: installs a handler that only calls async-signal-safe functions.
+    unsafe {
+        libc::signal(
+            libc::SIGINT,
+            on_sigint as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
+    }
 }
 
 fn init_tracing(verbose: u8) {

@@ -394,3 +394,39 @@ fn more_classes_than_the_labels_hold_says_which_to_set() {
         "{r:?}"
     );
 }
+
+/// Ctrl-C during a run says what it keeps, exits 130, and keeps it: the next run computes only
+/// what was not stored.
+#[test]
+fn ctrl_c_says_what_it_keeps_and_keeps_it() {
+    let env = Env::new();
+    let spec = env.spec();
+    // Training long enough to be interrupted while the first results are already stored.
+    let slow = ["--set", "train.epochs=400"];
+    let mut args = vec!["run", spec.as_str(), "--json", "--progress", "plain"];
+    args.extend_from_slice(&slow);
+    let child = env
+        .command(&env.store(), &args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let nodes = env.store().join("nodes");
+    let t0 = std::time::Instant::now();
+    while std::fs::read_dir(&nodes).map_or(0, |d| d.count()) == 0 {
+        assert!(t0.elapsed().as_secs() < 120, "no result stored in 120 s");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // SAFETY: signals our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let r = ran(child.wait_with_output().unwrap());
+    assert_eq!(r.code, 130, "{r:?}");
+    assert!(
+        r.stderr
+            .contains("interrupted (Ctrl-C): results already stored are kept"),
+        "{r:?}"
+    );
+    let j = env.run_ok(&slow);
+    assert!(j["cached"].as_u64().unwrap() >= 1, "{j}");
+    assert_eq!(j["failed"], 0, "{j}");
+}

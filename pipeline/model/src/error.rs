@@ -177,12 +177,36 @@ impl From<upcc_engine::StoreError> for Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
-/// The nearest of `candidates` to `word`, if it is close enough to be a plausible typo.
+/// The nearest of `candidates` to `word`, if it is close enough to be a plausible typo: the
+/// fewest edits, a swap of two neighbours counting as one (`trian` is `train`, not `trials`),
+/// then the most similar (Jaro-Winkler, which also decides what is close enough).
 pub fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     candidates
         .into_iter()
-        .map(|c| (strsim::jaro_winkler(word, c), c))
-        .filter(|(score, _)| *score > 0.7)
-        .max_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal))
-        .map(|(_, c)| c)
+        .map(|c| {
+            (
+                strsim::damerau_levenshtein(word, c),
+                strsim::jaro_winkler(word, c),
+                c,
+            )
+        })
+        .filter(|(_, score, _)| *score > 0.7)
+        .min_by(|a, b| {
+            a.0.cmp(&b.0)
+                .then(b.1.partial_cmp(&a.1).unwrap_or(std::cmp::Ordering::Equal))
+        })
+        .map(|(_, _, c)| c)
+}
+
+#[cfg(test)]
+mod nearest_tests {
+    use super::nearest;
+
+    #[test]
+    fn a_swapped_pair_is_one_edit() {
+        let fields = ["trials", "train", "targets", "params"];
+        assert_eq!(nearest("trian", fields), Some("train"));
+        assert_eq!(nearest("trails", fields), Some("trials"));
+        assert_eq!(nearest("xyz", fields), None);
+    }
 }

@@ -42,6 +42,29 @@ mod tests {
     use super::source::*;
     use serde_yaml_ng::Value;
 
+    /// A misspelt parameter section is named with the section meant; top-level fields a spec
+    /// file leaves out (`executor`) are not mistaken for one; the list of top-level fields is
+    /// serde's.
+    #[test]
+    fn a_misspelt_section_in_set_names_the_section_meant() {
+        let mut root: Value = serde_yaml_ng::from_str("name: x\n").unwrap();
+        let secs = ["train", "pretrain", "cluster", "expert"];
+        let e = apply_overrides(&mut root, &["trian.epochs=3".into()], &secs).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("no section `trian`") && text.contains("`train.epochs`"),
+            "{text}"
+        );
+        let ok = apply_overrides(&mut root, &["executor.slurm.partition=gpu".into()], &secs);
+        assert!(ok.is_ok(), "{ok:?}");
+        let serde_says = serde_yaml_ng::from_str::<super::SpecFile>("nope: 1")
+            .unwrap_err()
+            .to_string();
+        for f in SPEC_FIELDS {
+            assert!(serde_says.contains(&format!("`{f}`")), "{f}: {serde_says}");
+        }
+    }
+
     #[test]
     fn explains_unknown_fields_with_the_nearest_name() {
         let (m, h) = explain_serde("params.constraints: unknown field `corruptoin`, expected one of `budget`, `corruption`, `diagnostic_pairs` at line 3 column 5");

@@ -5,6 +5,20 @@ use serde_yaml_ng::Value;
 
 use crate::error::{Error, Result};
 
+/// The top-level fields of a spec (`Spec`'s; its own test checks the list against serde's).
+pub(crate) const SPEC_FIELDS: &[&str] = &[
+    "name",
+    "description",
+    "datasets",
+    "supervision",
+    "methods",
+    "trials",
+    "params",
+    "targets",
+    "executor",
+    "remote",
+];
+
 /// Apply `--set key=value` overrides to the YAML tree; returns each overridden path (with
 /// `params.` explicit) and its argument, for placing problems. A key starting with one of
 /// `sections` (the parameter sections) means `params.KEY`.
@@ -22,6 +36,31 @@ pub fn apply_overrides(
         let mut path: Vec<&str> = key.split('.').filter(|s| !s.is_empty()).collect();
         if path.is_empty() {
             return Err(Error::user(format!("`--set {o}`: empty key")));
+        }
+        // A misspelt parameter section (`trian.epochs`) is named against the sections and the
+        // spec's own top-level keys together, before it could read as an unknown spec field.
+        let mut top: Vec<String> = SPEC_FIELDS.iter().map(|f| f.to_string()).collect();
+        if let Value::Mapping(m) = &*root {
+            top.extend(m.keys().filter_map(|k| k.as_str().map(String::from)));
+        }
+        if path.len() > 1 && !sections.contains(&path[0]) && !top.iter().any(|t| t == path[0]) {
+            let candidates = sections
+                .iter()
+                .copied()
+                .chain(top.iter().map(String::as_str));
+            if let Some(near) =
+                crate::error::nearest(path[0], candidates).filter(|n| sections.contains(n))
+            {
+                return Err(
+                    Error::user(format!("`--set {o}`: there is no section `{}`", path[0])).hint(
+                        format!(
+                            "did you mean `{near}.{}`? (parameter sections: {})",
+                            path[1..].join("."),
+                            sections.join(", ")
+                        ),
+                    ),
+                );
+            }
         }
         let with_params;
         if sections.contains(&path[0]) {
