@@ -295,6 +295,18 @@ fn command_output(cmd: &mut Command, what: &str) -> Result<std::process::Output>
     })
 }
 
+/// [`command_output`] of a command that must succeed: a failure is an error quoting its stderr.
+pub(crate) fn command_succeeded(cmd: &mut Command, what: &str) -> Result<std::process::Output> {
+    let o = command_output(cmd, what)?;
+    if !o.status.success() {
+        return Err(Error::env(format!(
+            "{what} failed: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        )));
+    }
+    Ok(o)
+}
+
 /// The state of each job: `squeue` (which keeps finished jobs for the cluster's MinJobAge),
 /// then `sacct` for the rest when accounting is available.
 pub fn job_states(ids: &[String]) -> Result<HashMap<String, JobState>> {
@@ -309,16 +321,10 @@ pub fn job_states(ids: &[String]) -> Result<HashMap<String, JobState>> {
             String::from_utf8_lossy(&o.stdout).to_string()
         } else {
             // Some ids unknown to the controller make the whole query fail: list everything.
-            let all = command_output(
+            let all = command_succeeded(
                 Command::new("squeue").args(["-h", "-t", "all", "-o", "%i|%T|%r"]),
                 "squeue",
             )?;
-            if !all.status.success() {
-                return Err(Error::env(format!(
-                    "squeue failed: {}",
-                    String::from_utf8_lossy(&all.stderr).trim()
-                )));
-            }
             String::from_utf8_lossy(&all.stdout).to_string()
         };
         for line in text.lines() {
@@ -710,13 +716,7 @@ pub fn cancel(
         .into_iter()
         .collect();
     if !live.is_empty() {
-        let o = command_output(Command::new("scancel").args(&live), "scancel")?;
-        if !o.status.success() {
-            return Err(Error::env(format!(
-                "scancel failed: {}",
-                String::from_utf8_lossy(&o.stderr).trim()
-            )));
-        }
+        command_succeeded(Command::new("scancel").args(&live), "scancel")?;
     }
     for (k, _) in &records {
         store.jobs().remove(&lock, k)?;
@@ -777,27 +777,26 @@ mod tests {
             "partition: cpu\nresources:\n  training: {gpus: 1, time: '12:00:00', partition: gpu}\n  train: {cpus: 8}\n  default: {mem_mb: 2000}\n",
         )
         .unwrap();
-        let r = s.resources_for("train", true, 500, true);
+        let asked = |r: JobResources| (r.cpus, r.mem_mb, r.time, r.gpus, r.partition);
         assert_eq!(
+            asked(s.resources_for("train", true, 500, true)),
             (
-                r.cpus,
-                r.mem_mb,
-                r.time.as_deref(),
-                r.gpus,
-                r.partition.as_deref()
-            ),
-            (Some(8), Some(2000), Some("12:00:00"), Some(1), Some("gpu"))
+                Some(8),
+                Some(2000),
+                Some("12:00:00".into()),
+                Some(1),
+                Some("gpu".into())
+            )
         );
-        let r = s.resources_for("metrics", false, 256, true);
         assert_eq!(
+            asked(s.resources_for("metrics", false, 256, true)),
             (
-                r.cpus,
-                r.mem_mb,
-                r.time.as_deref(),
-                r.gpus,
-                r.partition.as_deref()
-            ),
-            (Some(1), Some(2000), Some("02:00:00"), Some(0), Some("cpu"))
+                Some(1),
+                Some(2000),
+                Some("02:00:00".into()),
+                Some(0),
+                Some("cpu".into())
+            )
         );
         // Without a GPU device, training jobs ask for none by default.
         let r = SlurmSettings::default().resources_for("pretrain", true, 3000, false);

@@ -25,7 +25,7 @@ use upcc_engine::{Dag, JobsLock, NodeStatus, Store};
 use upcc_model::error::{Error, Result};
 
 use super::{
-    command_output, job_states, read_record, sh_quote, Invocation, JobRecord, JobResources,
+    command_succeeded, job_states, read_record, sh_quote, Invocation, JobRecord, JobResources,
     JobState, SlurmSettings,
 };
 use crate::eta::History;
@@ -559,16 +559,10 @@ pub fn cancel_workers(
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let o = command_output(
+    command_succeeded(
         Command::new("scancel").args(ids.iter().map(|r| r.job_id.as_str())),
         "scancel",
     )?;
-    if !o.status.success() {
-        return Err(Error::env(format!(
-            "scancel failed: {}",
-            String::from_utf8_lossy(&o.stderr).trim()
-        )));
-    }
     for r in &ids {
         store.jobs().remove(&lock, &r.recipe)?;
     }

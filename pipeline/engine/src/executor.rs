@@ -886,14 +886,24 @@ pub fn run(
         Some(remote) => Some(Uploads::start(remote, store)?),
         None => None,
     };
+    let mut sc = Sched::new(dag, store, cfg, observer, tx, ptx);
+    sc.uploads = uploads.as_ref();
     // The objects of every result the remote holds for this run come down together, in the
     // background (a chain of results is one wave of downloads, not one node after another).
+    // Planned with the run's own source cache: each source file is still read once.
     let prefetch = cfg
         .remote
         .as_ref()
         .filter(|r| r.unreachable().is_none())
         .and_then(|remote| {
-            let entries = crate::plan::plan_with(dag, store, &cfg.spec, Some(remote)).ok()?;
+            let entries = crate::plan::plan_with_sources(
+                dag,
+                store,
+                &cfg.spec,
+                Some(remote),
+                &mut sc.sources,
+            )
+            .ok()?;
             let keys: Vec<_> = entries
                 .iter()
                 .enumerate()
@@ -902,8 +912,6 @@ pub fn run(
                 .collect();
             Some(remote.prefetch(store, &keys, FETCHES_AT_ONCE))
         });
-    let mut sc = Sched::new(dag, store, cfg, observer, tx, ptx);
-    sc.uploads = uploads.as_ref();
     let mut last_poll = Instant::now() - cfg.poll_interval;
     loop {
         sc.resolve_pending()?;

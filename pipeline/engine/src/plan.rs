@@ -130,13 +130,24 @@ pub fn plan_with(
     spec: &str,
     remote: Option<&RemoteCache>,
 ) -> Result<Vec<PlanEntry>, EngineError> {
-    let mut sources = SourceCache::new(false);
+    plan_with_sources(dag, store, spec, remote, &mut SourceCache::new(false))
+}
+
+/// [`plan_with`] hashing source files through `sources` (a run plans with the cache it
+/// computes with, so each source is read once).
+pub(crate) fn plan_with_sources(
+    dag: &Dag,
+    store: &Store,
+    spec: &str,
+    remote: Option<&RemoteCache>,
+    sources: &mut SourceCache,
+) -> Result<Vec<PlanEntry>, EngineError> {
     let mut resolved: Vec<Option<BTreeMap<String, OutputRecord>>> = vec![None; dag.len()];
     let mut out: Vec<PlanEntry> = Vec::with_capacity(dag.len());
     for i in 0..dag.len() {
         let node = dag.node(i);
         let previous = store.read_ref(spec, &node.id)?;
-        let material = material_for(dag, i, &resolved, &mut sources)?;
+        let material = material_for(dag, i, &resolved, sources)?;
         let key = material.as_ref().map(|m| m.digest()).transpose()?;
         let mut on_remote = false;
         let (status, reasons) = match (&material, key) {
