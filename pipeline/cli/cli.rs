@@ -32,6 +32,11 @@ pub struct Cli {
     /// `run` refuses to compute where the device computes another ($UPCC_NUMERICS).
     #[arg(long, global = true, value_name = "CLASS", env = "UPCC_NUMERICS")]
     pub numerics: Option<String>,
+    /// Keep results whose stage's code changed since they were computed, instead of
+    /// recomputing them (the default; `status` marks them `code changed: FILE`)
+    /// ($UPCC_KEEP_CODE_CHANGES).
+    #[arg(long, global = true, env = "UPCC_KEEP_CODE_CHANGES")]
+    pub keep_code_changes: bool,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -44,6 +49,13 @@ pub enum Command {
     Status(SpecArgs),
     /// Explain one node: its key material, inputs, manifest, provenance and why it is stale.
     Explain(ExplainArgs),
+    /// Every cell × trial's scores in the store as data: coordinates, seed, overrides,
+    /// ACC/NMI/ARI per split, training time and node keys (`--compare A B`: two runs side by
+    /// side with deltas). Computes nothing.
+    Results(ResultsArgs),
+    /// Print the resolved spec: the file after `--set`, every default filled in, and each
+    /// method's sections as it trains with them.
+    Config(ConfigArgs),
     /// Re-hash every stored object; quarantine corrupt ones and the results that used them.
     Verify,
     /// Delete what the targets of the named specs do not reach.
@@ -70,6 +82,46 @@ pub enum Command {
     /// The key that signs the results you compute: make one, or print its public half for
     /// colleagues to trust.
     Key(KeyArgs),
+}
+
+/// Output formats of `upcc results`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Table,
+    Csv,
+    Json,
+    Parquet,
+}
+
+#[derive(Args, Debug)]
+pub struct ResultsArgs {
+    #[command(flatten)]
+    pub spec: SpecArgs,
+    /// Output format: an aligned table (scores in percent), or data: csv, json, parquet
+    /// (scores as fractions, full node keys).
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Write to this file instead of stdout.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Two runs side by side with deltas (B − A): each a spec file, a group of overrides
+    /// (`'train.epochs=10 train.lr=0.01'`, added to the command's `--set`s), or `-` for the
+    /// command's spec and `--set`s as they are.
+    #[arg(long, num_args = 2, value_names = ["A", "B"], allow_hyphen_values = true)]
+    pub compare: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct ConfigArgs {
+    /// Spec file (`smoke` for the embedded default).
+    #[arg(value_name = "SPEC")]
+    pub spec: String,
+    /// Override a parameter: `--set constraints.corruption=0.5`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Print JSON instead of YAML.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -114,6 +166,8 @@ impl Command {
             Command::Cancel(a) => a.json,
             Command::Push(a) | Command::Pull(a) => a.json,
             Command::Device(a) => a.json,
+            Command::Results(a) => a.spec.json,
+            Command::Config(a) => a.json,
             Command::Verify
             | Command::Gc(_)
             | Command::Report(_)
@@ -124,7 +178,7 @@ impl Command {
     }
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub struct SpecArgs {
     /// Spec file (`smoke` for the embedded default), then selectors `key=value` (dataset,
     /// supervision, method, pretrain, corruption, budget, trial, target, stage).
@@ -262,9 +316,14 @@ pub struct GcArgs {
     /// Keep anything written within this many minutes (writers in flight are never robbed).
     #[arg(long, default_value_t = 60, allow_negative_numbers = true)]
     pub grace_minutes: i64,
-    /// Only report what would be deleted.
+    /// Only report what would be deleted, naming each result (and those kept only for being
+    /// recent).
     #[arg(long)]
     pub dry_run: bool,
+    /// Also keep what the specs reach with these overrides (the results of a `run --set …`),
+    /// besides what they reach as written.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
     /// Also collect the remote cache (the configured one, or URL): the same roots rule, and
     /// the same grace. Without it, gc never deletes anything from a remote.
     #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]

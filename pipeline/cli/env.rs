@@ -9,12 +9,13 @@ use std::path::PathBuf;
 use upcc_model::error::{Error, Result};
 
 /// The variables that stand in for flags (clap reads them), with their flags.
-pub const FLAG_VARS: [(&str, &str); 5] = [
+pub const FLAG_VARS: [(&str, &str); 6] = [
     ("UPCC_THREADS", "--threads"),
     ("UPCC_NODE_THREADS", "--node-threads"),
     ("UPCC_EXECUTOR", "--executor"),
     ("UPCC_GPUS", "--gpus"),
     ("UPCC_NUMERICS", "--numerics"),
+    ("UPCC_KEEP_CODE_CHANGES", "--keep-code-changes"),
 ];
 
 /// The store (`--store` wins): `$UPCC_STORE`, any path.
@@ -85,6 +86,17 @@ pub fn test_k_block() -> Option<usize> {
         .filter(|kb| (1..=upcc_nn::cpu::K_BLOCK).contains(kb))
 }
 
+/// `UPCC_TEST_CODE_EDIT=FILE[,FILE…]`: stage source files to treat as edited (their digests
+/// change as an edit would), so tests see what editing a stage does without a rebuild.
+pub fn test_code_edits() -> Option<Vec<String>> {
+    std::env::var("UPCC_TEST_CODE_EDIT").ok().map(|v| {
+        v.split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect()
+    })
+}
+
 /// The `UPCC_*` variables upcc reads itself (not through clap): a value it cannot use is an
 /// error naming the variable, never silently replaced by the default.
 pub fn check() -> Result<()> {
@@ -137,6 +149,15 @@ pub fn check() -> Result<()> {
                 "UPCC_TEST_K_BLOCK",
                 &v.to_string_lossy(),
                 &format!("a depth block of 1 to {}", upcc_nn::cpu::K_BLOCK),
+            ));
+        }
+    }
+    if let Some(files) = test_code_edits() {
+        if let Some(f) = files.iter().find(|f| !upcc_model::code::is_stage_file(f)) {
+            return Err(bad(
+                "UPCC_TEST_CODE_EDIT",
+                f,
+                "stage source files (paths from the repository root, e.g. stages/core/src/cluster.rs)",
             ));
         }
     }

@@ -37,6 +37,10 @@ pub fn main_entry() -> i32 {
     if let Some(kb) = env::test_k_block() {
         upcc_nn::cpu::set_k_block(kb);
     }
+    if let Some(files) = env::test_code_edits() {
+        upcc_model::code::set_test_edits(files);
+    }
+    commands::context::set_keep_code_changes(cli.keep_code_changes);
     let env = commands::Env {
         store: cli.store.clone(),
         device: cli.device.clone(),
@@ -55,6 +59,8 @@ pub fn main_entry() -> i32 {
         cli::Command::Run(a) => commands::run(a, &env),
         cli::Command::Status(a) => commands::status(a, &env),
         cli::Command::Explain(a) => commands::explain(a, &env),
+        cli::Command::Results(a) => commands::results(a, &env),
+        cli::Command::Config(a) => commands::config(a, &env),
         cli::Command::Verify => commands::verify(&env.store),
         cli::Command::Gc(a) => commands::gc(a, &env),
         cli::Command::Report(a) => commands::report(a, &env),

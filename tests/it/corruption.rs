@@ -166,7 +166,7 @@ fn verify_checks_that_key_material_hashes_to_the_key() {
         .join(format!("{}.json", &key[2..]));
     // A parseable manifest whose recorded material no longer matches its key.
     let text = std::fs::read_to_string(&path).unwrap();
-    let edited = text.replacen("\"stage_version\": 1", "\"stage_version\": 7", 1);
+    let edited = text.replacen("\"stage_version\": 2", "\"stage_version\": 7", 1);
     assert_ne!(text, edited);
     std::fs::write(&path, edited).unwrap();
     let v = env.upcc(&["verify"]);

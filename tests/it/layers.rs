@@ -27,9 +27,10 @@ const CLI: &[(&str, &[&str])] = &[
 /// problem list: both ways between modules, never between files (the next test).
 const MODEL: &[(&str, &[&str])] = &[
     ("error", &[]),
+    ("code", &[]),
     ("device", &["error"]),
     ("specs", &["error", "method", "targets"]),
-    ("wiring", &["error", "device", "specs"]),
+    ("wiring", &["code", "error", "device", "specs"]),
     ("stage", &["error", "device", "specs", "wiring"]),
     ("method", &["error", "device", "specs", "stage", "wiring"]),
     ("targets", &["error", "method", "specs", "stage", "wiring"]),

@@ -27,6 +27,7 @@ mod pickles;
 mod published;
 mod remote;
 mod report;
+mod results;
 mod slurm;
 mod snapshots;
 mod soft_gpu;

@@ -32,6 +32,14 @@ pub(crate) fn open_store_to_compute(flag: &Option<PathBuf>, create: bool) -> Res
     open_store_with(flag, create, true)
 }
 
+/// `--keep-code-changes`, for every store this process opens.
+static KEEP_CODE_CHANGES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Serve results whose stage code changed (`--keep-code-changes`) from every store opened.
+pub fn set_keep_code_changes(keep: bool) {
+    KEEP_CODE_CHANGES.store(keep, std::sync::atomic::Ordering::Relaxed);
+}
+
 fn open_store_with(flag: &Option<PathBuf>, create: bool, compute: bool) -> Result<Store> {
     let path = store_path(flag);
     let shared = crate::env::store_shared();
@@ -41,7 +49,11 @@ fn open_store_with(flag: &Option<PathBuf>, create: bool, compute: bool) -> Resul
     } else {
         Store::open_existing(&path)
     };
-    r.map(|s| s.with_trust(trust)).map_err(|e| {
+    r.map(|s| {
+        s.with_trust(trust)
+            .keeping_code_changes(KEEP_CODE_CHANGES.load(std::sync::atomic::Ordering::Relaxed))
+    })
+    .map_err(|e| {
         let err: Error = e.into();
         err.hint("the store is chosen by --store DIR, else $UPCC_STORE, else `artifacts/`")
     })
@@ -152,6 +164,7 @@ pub(crate) fn load_with(
         .split_first()
         .expect("clap requires a spec");
     let spec = specs::load(spec_arg, &args.set)?;
+    note_shadowed(&spec);
     let built = build(&spec, threads, compute.clone(), &host())?;
     let selection = selectors::parse(selectors, &built)?;
     Ok(Loaded {
@@ -160,6 +173,13 @@ pub(crate) fn load_with(
         selection,
         compute,
     })
+}
+
+/// Say on stderr which `--set`s some method's own entry shadows (they change nothing for it).
+pub(crate) fn note_shadowed(spec: &Spec) {
+    for w in spec.shadowed_overrides() {
+        eprintln!("upcc: note: {w}");
+    }
 }
 
 /// Refuse, before anything runs, the nodes about to train on this machine's CPU whose

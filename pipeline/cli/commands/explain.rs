@@ -114,6 +114,7 @@ pub fn explain(args: &ExplainArgs, env: &Env) -> Result<i32> {
                 "key": e.key.map(|k| k.to_hex()), "reasons": e.reasons, "inputs": inputs, "params": node.params,
                 "numerics": node.numerics, "numerics_parts": upcc_model::device::describe_numerics(&node.numerics), "manifest": manifest, "log": e.key.map(|k| store.log_path(&k).display().to_string()),
                 "log_text": e.key.and_then(|k| fs_err::read_to_string(store.log_path(&k)).ok()),
+                "material": e.material, "code": node.code,
             })
         );
         return Ok(0);

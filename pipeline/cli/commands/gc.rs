@@ -53,6 +53,9 @@ pub fn gc(args: &GcArgs, env: &Env) -> Result<i32> {
     // Slurm jobs that may still run read what their specs reach: keep that too.
     let mut specs: Vec<(String, Vec<String>)> =
         args.specs.iter().map(|s| (s.clone(), vec![])).collect();
+    if !args.set.is_empty() {
+        specs.extend(args.specs.iter().map(|s| (s.clone(), args.set.clone())));
+    }
     for r in crate::slurm::live_records(&store)? {
         if !specs
             .iter()
@@ -83,6 +86,9 @@ pub fn gc(args: &GcArgs, env: &Env) -> Result<i32> {
     }
     let r = store.gc(&keep, Duration::from_secs(grace_minutes * 60), args.dry_run)?;
     println!("{}", describe(&r, args.dry_run));
+    if args.dry_run {
+        print!("{}", list_results(&r, grace_minutes));
+    }
     if let Some(remote) = &remote {
         if let Some(why) = remote.unreachable() {
             return Err(Error::env(format!(
@@ -106,6 +112,39 @@ pub fn gc(args: &GcArgs, env: &Env) -> Result<i32> {
         );
     }
     Ok(0)
+}
+
+/// A dry run's list: each result it would delete, and each kept only for being recent (which
+/// a gc after the grace deletes), by node id, oldest first.
+fn list_results(r: &upcc_engine::store::GcReport, grace_minutes: u64) -> String {
+    let line = |g: &upcc_engine::store::GcResult| {
+        let when = g
+            .written
+            .map(upcc_engine::fsutil::rfc3339)
+            .unwrap_or_else(|| "?".into());
+        format!("  {}  (key {}, written {when})\n", g.node_id, g.key.short())
+    };
+    let sorted = |v: &[upcc_engine::store::GcResult]| {
+        let mut v = v.to_vec();
+        v.sort_by(|a, b| (a.written, &a.node_id).cmp(&(b.written, &b.node_id)));
+        v
+    };
+    let mut out = String::new();
+    if !r.results_deleted.is_empty() {
+        out.push_str("would delete (results of a `run --set …` are kept by `gc SPEC --set …`):\n");
+        for g in sorted(&r.results_deleted) {
+            out.push_str(&line(&g));
+        }
+    }
+    if !r.results_kept_recent.is_empty() {
+        out.push_str(&format!(
+            "kept only because written in the last {grace_minutes} minutes (a later gc deletes them):\n"
+        ));
+        for g in sorted(&r.results_kept_recent) {
+            out.push_str(&line(&g));
+        }
+    }
+    out
 }
 
 /// One line of what a gc did (or would do).

@@ -19,7 +19,7 @@ use upcc_model::targets::table::render_target;
 use upcc_model::targets::{TableInput, TargetKind, TargetNodes, View};
 
 /// The files a report writes into a target's folder.
-const REPORT_FILES: [&str; 8] = [
+const REPORT_FILES: [&str; 9] = [
     "table.md",
     "table.tex",
     "table.csv",
@@ -28,6 +28,7 @@ const REPORT_FILES: [&str; 8] = [
     "figure.svg",
     "figure.parquet",
     "training-time.csv",
+    "trials.parquet",
 ];
 
 /// One cell × trial of a target as the report lists it.
@@ -55,6 +56,8 @@ struct Written {
     files: Vec<(String, String)>,
     figure: Option<String>,
     cells: Vec<CellRow>,
+    /// The command that computes its missing cells (the user's store and `--set`s kept).
+    run_command: String,
 }
 
 pub fn report(args: &ReportArgs, env: &Env) -> Result<i32> {
@@ -63,7 +66,13 @@ pub fn report(args: &ReportArgs, env: &Env) -> Result<i32> {
         .split_first()
         .expect("clap requires a spec");
     let spec = specs::load(spec_arg, &args.set)?;
+    commands::note_shadowed(&spec);
     let wanted = targets_selected(selectors, &spec)?;
+    let run_cmd = |selector: Option<&str>| {
+        let mut words = vec![spec_arg.clone()];
+        words.extend(selector.map(String::from));
+        super::results::run_command(&env.store, &words, &args.set)
+    };
     let compute = env.compute(false)?;
     let built = build(&spec, 1, compute, &super::context::host())?;
     let path = commands::store_path(&env.store);
@@ -73,7 +82,8 @@ pub fn report(args: &ReportArgs, env: &Env) -> Result<i32> {
             path.display()
         ))
         .hint(format!(
-            "run the spec first (`upcc run {spec_arg}`), or name the store with --store DIR"
+            "run the spec first (`{}`), or name the store with --store DIR",
+            run_cmd(None)
         )));
     }
     let store = commands::open_store(&env.store, false)?;
@@ -95,7 +105,7 @@ pub fn report(args: &ReportArgs, env: &Env) -> Result<i32> {
     let mut durations = Durations::new();
     let mut written = Vec::new();
     for t in targets {
-        written.push(write_target(
+        let mut w = write_target(
             t,
             &built.dag,
             &entries,
@@ -103,8 +113,25 @@ pub fn report(args: &ReportArgs, env: &Env) -> Result<i32> {
             &args.out,
             &mut healed,
             &mut durations,
-        )?);
+        )?;
+        w.run_command = run_cmd(Some(&format!("target={}", t.name)));
+        if t.kind.view() == View::Table && t.cells.iter().any(|c| c.output == "metrics") {
+            // The long table: one row per cell trial and split, scores in float64.
+            let rows = super::results::collect(&spec, &built, &|n, _| n == t.name, &store, None)?;
+            let bytes = super::results::long_frame(&rows).to_parquet()?;
+            write(&args.out.join(&t.name).join("trials.parquet"), &bytes)?;
+            w.files.push((
+                "trials.parquet".to_string(),
+                format!("{}/trials.parquet", t.name),
+            ));
+        }
+        written.push(w);
     }
+    // The spec as resolved (Hydra's saved config): what every result on the page was
+    // computed with.
+    let config =
+        serde_yaml_ng::to_string(&spec.resolved()).map_err(|e| Error::internal(e.to_string()))?;
+    write(&args.out.join("config.yaml"), config.as_bytes())?;
     let html = index_html(&spec, &store, &written);
     let index = args.out.join("index.html");
     write(&index, html.as_bytes())?;
@@ -124,7 +151,10 @@ pub fn report(args: &ReportArgs, env: &Env) -> Result<i32> {
         written.len()
     );
     if healed {
-        eprintln!("upcc: warning: corrupt results were quarantined while reading; `upcc run` recomputes them and a new report shows them");
+        eprintln!(
+            "upcc: warning: corrupt results were quarantined while reading; `{}` recomputes them and a new report shows them",
+            run_cmd(None)
+        );
     }
     Ok(0)
 }
@@ -344,6 +374,7 @@ fn write_target(
         files,
         figure,
         cells,
+        run_command: String::new(),
     })
 }
 
@@ -412,6 +443,22 @@ fn index_html(spec: &Spec, store: &Store, written: &[Written]) -> String {
         esc(&spec.display),
         esc(&store.root().display().to_string())
     );
+    if !spec.overrides.is_empty() {
+        let sets: Vec<String> = spec
+            .overrides
+            .iter()
+            .map(|o| format!("--set {}", o.arg))
+            .collect();
+        let _ = writeln!(
+            h,
+            "<p class=\"note\">With overrides: <code>{}</code>.</p>",
+            esc(&sets.join(" "))
+        );
+    }
+    let _ = writeln!(
+        h,
+        "<p class=\"note\">The spec as resolved (every default filled in, each method's settings as it trains): <a href=\"config.yaml\">config.yaml</a>.</p>"
+    );
     h.push_str("<ul>\n");
     for w in written {
         let fresh = w
@@ -466,9 +513,8 @@ fn index_html(spec: &Spec, store: &Store, written: &[Written]) -> String {
         if stale + missing > 0 {
             let _ = writeln!(
                 h,
-                "<p class=\"missing\">{missing} cell trials missing, {stale} stale (computed under other parameters): <code>upcc run {} target={}</code> computes them.</p>",
-                esc(&spec.display),
-                esc(&w.name)
+                "<p class=\"missing\">{missing} cell trials missing, {stale} stale (computed under other parameters): <code>{}</code> computes them.</p>",
+                esc(&w.run_command)
             );
         }
         let times = training_times(&w.cells);

@@ -86,6 +86,8 @@ pub struct NodeDef {
     /// Fully resolved parameters (defaults filled in).
     pub params: Value,
     pub numerics: String,
+    /// The stage's source files → their digests (see [`crate::KeyMaterial::code`]).
+    pub code: BTreeMap<String, String>,
     pub inputs: Vec<(String, InputDef)>,
     pub outputs: Vec<String>,
     /// Grid coordinates (`dataset`, `method`, ...) for selection and display.
@@ -301,6 +303,7 @@ pub(crate) mod tests {
             stage_version: 1,
             params: Value::Null,
             numerics: "exact".into(),
+            code: BTreeMap::new(),
             inputs,
             outputs: vec!["out".into()],
             labels: BTreeMap::new(),

@@ -31,6 +31,18 @@ pub struct KeyMaterial {
     pub inputs: BTreeMap<String, Digest<Artifact>>,
     /// For example `cpu-f32-avx512`; anything that changes output bits for the same inputs.
     pub numerics: String,
+    /// The source files whose code computes the stage's outputs → blake3 of each, as the
+    /// build that computes it was compiled from: editing a stage's code changes its key.
+    /// Absent (and not in the key) for nodes that declare none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub code: BTreeMap<String, String>,
+}
+
+impl KeyChange {
+    /// The source file this change is the code of (`code.<file>`), if it is one.
+    pub fn code_file(&self) -> Option<&str> {
+        self.field.strip_prefix("code.")
+    }
 }
 
 impl KeyMaterial {
@@ -67,7 +79,11 @@ impl std::fmt::Display for KeyChange {
             Value::Null => "(absent)".to_string(),
             other => other.to_string(),
         };
-        if self.field.starts_with("inputs.") {
+        if let Some(file) = self.code_file() {
+            write!(f, "code changed: {file}")
+        } else if self.field == "code" {
+            write!(f, "its stage's code is now recorded in the key")
+        } else if self.field.starts_with("inputs.") {
             write!(
                 f,
                 "input `{}` changed ({} → {})",
@@ -145,6 +161,7 @@ mod tests {
             params: json!({"budget": 3000, "corruption": corruption}),
             inputs: BTreeMap::from([("expert".to_string(), Digest::of_bytes(b"x"))]),
             numerics: "cpu-f32".into(),
+            code: BTreeMap::new(),
         }
     }
 

@@ -113,6 +113,7 @@ pub(crate) fn material_for(
         params: node.params.clone(),
         inputs,
         numerics: node.numerics.clone(),
+        code: node.code.clone(),
     }))
 }
 
@@ -150,11 +151,25 @@ pub(crate) fn plan_with_sources(
         let material = material_for(dag, i, &resolved, sources)?;
         let key = material.as_ref().map(|m| m.digest()).transpose()?;
         let mut on_remote = false;
+        let mut kept = None;
         let (status, reasons) = match (&material, key) {
             (Some(material), Some(key)) => {
                 if let Some(m) = store.fresh_manifest(&key)? {
                     resolved[i] = Some(m.outputs);
                     (NodeStatus::Fresh, vec![])
+                } else if let Some((prev, m, files)) =
+                    store.kept_despite_code(spec, &node.id, material)?
+                {
+                    // The user keeps results whose stage code changed: the last one serves.
+                    resolved[i] = Some(m.outputs);
+                    kept = Some((prev.key, prev.material));
+                    (
+                        NodeStatus::Fresh,
+                        vec![format!(
+                            "kept although its code changed ({})",
+                            files.join(", ")
+                        )],
+                    )
                 } else {
                     if let Some(m) = remote.and_then(|r| r.planning_manifest(&key)) {
                         resolved[i] = Some(m.outputs);
@@ -185,6 +200,10 @@ pub(crate) fn plan_with_sources(
                 (NodeStatus::Stale, waiting)
             }
             _ => (NodeStatus::Missing, vec![]),
+        };
+        let (key, material) = match kept {
+            Some((k, m)) => (Some(k), Some(m)),
+            None => (key, material),
         };
         out.push(PlanEntry {
             id: node.id.clone(),

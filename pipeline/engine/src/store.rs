@@ -231,6 +231,21 @@ pub struct GcReport {
     /// their manifests were deleted too (recomputed when asked), none is left dangling.
     #[serde(skip_serializing_if = "is_zero")]
     pub raced_results_removed: usize,
+    /// The results deleted (or, in a dry run, that would be): node id and key, and the
+    /// results kept only because they are recent (deleted by a gc after the grace).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub results_deleted: Vec<GcResult>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub results_kept_recent: Vec<GcResult>,
+}
+
+/// A result a gc names: its node id (`?` when its manifest cannot be read), key, and when it
+/// was written.
+#[derive(Clone, Debug, Serialize)]
+pub struct GcResult {
+    pub node_id: String,
+    pub key: Digest<NodeKeyTag>,
+    pub written: Option<SystemTime>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -244,6 +259,9 @@ pub struct Store {
     shared: bool,
     /// Whose results it serves, and the key this process signs its own with.
     trust: Arc<Trust>,
+    /// Whether a result whose stage code changed since it was computed is still served (the
+    /// user's explicit choice; by default such a result is recomputed).
+    keep_code_changes: bool,
 }
 
 impl Store {
@@ -267,6 +285,7 @@ impl Store {
                 root: root.to_path_buf(),
                 shared,
                 trust: Arc::default(),
+                keep_code_changes: false,
             };
             store.ensure_dirs()?;
             atomic_write(&root.join("tmp"), &info_path, &bytes, store.file_mode())
@@ -285,6 +304,7 @@ impl Store {
             root: root.to_path_buf(),
             shared: false,
             trust: Arc::default(),
+            keep_code_changes: false,
         }
     }
 
@@ -341,6 +361,7 @@ impl Store {
             root: root.to_path_buf(),
             shared: info.shared,
             trust: Arc::default(),
+            keep_code_changes: false,
         })
     }
 
@@ -365,6 +386,7 @@ impl Store {
             root: root.to_path_buf(),
             shared,
             trust: Arc::default(),
+            keep_code_changes: false,
         };
         store.ensure_dirs()?;
         if fs_err::symlink_metadata(&info_path).is_ok() {
@@ -491,6 +513,47 @@ impl Store {
 
     pub fn trust(&self) -> &Trust {
         &self.trust
+    }
+
+    /// Serve results whose stage code changed since they were computed (see
+    /// [`Store::kept_despite_code`]).
+    pub fn keeping_code_changes(mut self, keep: bool) -> Self {
+        self.keep_code_changes = keep;
+        self
+    }
+
+    pub fn keeps_code_changes(&self) -> bool {
+        self.keep_code_changes
+    }
+
+    /// Under [`Store::keeping_code_changes`]: the result last computed for `node_id` of `spec`
+    /// whose key material differs from `material` only in the code of the stage (no
+    /// parameter, input, version or numerics change), with the code files that changed.
+    pub fn kept_despite_code(
+        &self,
+        spec: &str,
+        node_id: &str,
+        material: &KeyMaterial,
+    ) -> Result<Option<(RefRecord, Manifest, Vec<String>)>, StoreError> {
+        if !self.keep_code_changes {
+            return Ok(None);
+        }
+        let Some(prev) = self.read_ref(spec, node_id)? else {
+            return Ok(None);
+        };
+        let changes = crate::key::diff(&prev.material, material);
+        let files: Vec<String> = changes
+            .iter()
+            .filter_map(|c| {
+                c.code_file()
+                    .map(String::from)
+                    .or_else(|| (c.field == "code").then(|| "(first recorded)".to_string()))
+            })
+            .collect();
+        if changes.is_empty() || files.len() != changes.len() {
+            return Ok(None);
+        }
+        Ok(self.fresh_manifest(&prev.key)?.map(|m| (prev, m, files)))
     }
 
     /// Whether the store is group-shared (files group-writable).
@@ -1025,9 +1088,19 @@ impl Store {
             let path = self.manifest_path(&key);
             let reachable = keep.contains(&key);
             let is_recent = recent(&path);
+            let named = |store: &Store| GcResult {
+                node_id: store
+                    .read_manifest_intact(&key)
+                    .ok()
+                    .flatten()
+                    .map_or_else(|| "?".to_string(), |m| m.node_id),
+                key,
+                written: fs_err::metadata(&path).and_then(|m| m.modified()).ok(),
+            };
             if reachable || is_recent {
                 if !reachable {
                     report.kept_because_recent += 1;
+                    report.results_kept_recent.push(named(self));
                 }
                 report.manifests_kept += 1;
                 if let Ok(Some(m)) = self.read_manifest_intact(&key) {
@@ -1036,6 +1109,7 @@ impl Store {
                 continue;
             }
             report.manifests_deleted += 1;
+            report.results_deleted.push(named(self));
             if !dry_run {
                 let _ = fs_err::remove_file(&path);
                 let _ = fs_err::remove_file(self.log_path(&key));

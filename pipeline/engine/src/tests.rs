@@ -60,6 +60,7 @@ fn node(
         stage_version: 1,
         params: params.clone(),
         numerics: "exact".into(),
+        code: BTreeMap::new(),
         inputs,
         outputs: vec!["out".into()],
         labels: BTreeMap::new(),
@@ -1089,4 +1090,92 @@ fn uploads_and_downloads_are_off_the_critical_path() {
         "downloads of a chain overlap: {}",
         slow.gets_at_once.load(Ordering::SeqCst)
     );
+}
+
+/// The diamond with node `b`'s code recorded as `code` (one file → its digest).
+fn diamond_with_code(f: &Fixture, code: &str) -> Dag {
+    let p = params();
+    let mut b = DagBuilder::new();
+    let a = b
+        .add(node("a", p["a"].clone(), vec![], &f.runs[0], false, 0))
+        .unwrap();
+    let mut nb = node(
+        "b",
+        json!({"out": "B"}),
+        vec![input("a", a)],
+        &f.runs[1],
+        false,
+        0,
+    );
+    nb.code = BTreeMap::from([("stages/b.rs".to_string(), code.to_string())]);
+    let bb = b.add(nb).unwrap();
+    b.add(node(
+        "d",
+        p["d"].clone(),
+        vec![input("a", bb)],
+        &f.runs[3],
+        false,
+        0,
+    ))
+    .unwrap();
+    b.build()
+}
+
+#[test]
+fn a_code_change_reruns_the_stage_early_cutoff_spares_the_rest_and_keep_serves_the_old() {
+    let f = fixture();
+    let r1 = run(
+        &diamond_with_code(&f, "v1"),
+        &f.store,
+        &cfg(false),
+        &mut Quiet,
+    )
+    .unwrap();
+    assert_eq!(r1.count(Outcome::Executed), 3);
+    let edited = diamond_with_code(&f, "v2");
+    let p = plan(&edited, &f.store, "test").unwrap();
+    assert_eq!(p[1].status, NodeStatus::Stale);
+    assert_eq!(p[1].reasons, ["code changed: stages/b.rs"]);
+    // Kept on request: fresh, served under its old key, and nothing runs.
+    let keeping = f.store.clone().keeping_code_changes(true);
+    let k = plan(&edited, &keeping, "test").unwrap();
+    assert_eq!(k[1].status, NodeStatus::Fresh);
+    assert_eq!(k[1].key, p_key(&f, "b"));
+    assert!(k[1].reasons[0].starts_with("kept although its code changed (stages/b.rs)"));
+    assert!(k.iter().all(|e| e.status == NodeStatus::Fresh));
+    let r2 = run(&edited, &keeping, &cfg(false), &mut Quiet).unwrap();
+    assert_eq!(r2.count(Outcome::Executed), 0);
+    // By default b reruns; its output bits are the same, so d does not (early cutoff).
+    let r3 = run(&edited, &f.store, &cfg(false), &mut Quiet).unwrap();
+    assert_eq!(r3.count(Outcome::Executed), 1);
+    assert_eq!(runs(&f), [1, 2, 0, 1]);
+    // A parameter change is not a code change: keeping code changes does not serve it.
+    let mut other = DagBuilder::new();
+    let a = other
+        .add(node(
+            "a",
+            json!({"out": "A", "x": 2}),
+            vec![],
+            &f.runs[0],
+            false,
+            0,
+        ))
+        .unwrap();
+    let mut nb = node(
+        "b",
+        json!({"out": "B"}),
+        vec![input("a", a)],
+        &f.runs[1],
+        false,
+        0,
+    );
+    nb.code = BTreeMap::from([("stages/b.rs".to_string(), "v3".to_string())]);
+    other.add(nb).unwrap();
+    let o = plan(&other.build(), &keeping, "test").unwrap();
+    assert_eq!(o[0].status, NodeStatus::Stale);
+}
+
+/// The key `test`'s ref records for node `id`.
+fn p_key(f: &Fixture, id: &str) -> Option<Digest<NodeKeyTag>> {
+    f.store.read_ref("test", id).unwrap().map(|r| r.key)
 }

@@ -8,6 +8,7 @@
 //! DAG); `selectors` (which nodes a command acts on). The README's "Layers" table and
 //! `tests/it/layers.rs` keep it so.
 
+pub mod code;
 pub mod device;
 pub mod error;
 pub mod graph;

@@ -67,6 +67,14 @@ impl Selection {
         self.filters.keys().any(|k| k.picks_cells())
     }
 
+    /// Whether a cell of target `target` whose leaf node has `labels` is selected.
+    pub fn picks(&self, target: &str, labels: &BTreeMap<String, String>) -> bool {
+        self.filters
+            .get(&Key::Target)
+            .is_none_or(|set| set.contains(target))
+            && self.matches(labels)
+    }
+
     /// Whether a node's labels match every filter but `target` (which picks targets).
     fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.filters

@@ -165,6 +165,7 @@ impl<'a> Wiring<'a> {
             stage: n.stage.into(),
             stage_version: n.version,
             params,
+            code: crate::code::stage_code(n.stage, &numerics),
             numerics,
             inputs: n.inputs,
             outputs: n.outputs.iter().map(|s| s.to_string()).collect(),
@@ -259,7 +260,13 @@ pub struct Cell<'s> {
     /// A hyperparameter-search run: trains on the training split without the dataset's
     /// validation rows, which score it (the final runs use the full training split).
     pub holdout: bool,
+    /// The method's sections as it trains with them ([`NO_SECTIONS`] for a cell without a
+    /// method): recorded with the cell's metrics.
+    pub sections: &'s BTreeMap<String, serde_json::Value>,
 }
+
+/// The sections of a cell without a method.
+pub static NO_SECTIONS: BTreeMap<String, serde_json::Value> = BTreeMap::new();
 
 impl Cell<'_> {
     /// `/pi0.3`, `/n9000` for the optional axes some target varies.

@@ -7,7 +7,18 @@ use crate::cluster::Assignments;
 use crate::error::Result;
 use crate::table::{Table, TableBuilder};
 
-pub const VERSION: u32 = 1;
+/// 2: each row carries what identifies the result (cell coordinates, training parameters).
+pub const VERSION: u32 = 2;
+
+/// A value that identifies a result (a cell coordinate or a training parameter): one column
+/// of its metrics table, repeated on every split's row.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Ident {
+    Str(String),
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+}
 
 /// The scores of one split.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -234,8 +245,23 @@ pub fn run(a: &Assignments) -> Vec<Scores> {
 }
 
 pub fn to_parquet(s: &[Scores]) -> Result<Vec<u8>> {
-    TableBuilder::new()
-        .str("split", s.iter().map(|x| x.split.clone()).collect())
+    to_parquet_identified(s, &[])
+}
+
+/// The scores, one row per split, each row first carrying the columns of `ident` (so that a
+/// metrics table read on its own, or many of them concatenated, says which result it is).
+pub fn to_parquet_identified(s: &[Scores], ident: &[(String, Ident)]) -> Result<Vec<u8>> {
+    let rows = s.len();
+    let mut b = TableBuilder::new();
+    for (name, v) in ident {
+        b = match v {
+            Ident::Str(x) => b.str(name, vec![x.clone(); rows]),
+            Ident::Bool(x) => b.bool(name, vec![*x; rows]),
+            Ident::Int(x) => b.i64(name, vec![*x; rows]),
+            Ident::Float(x) => b.f64(name, vec![*x; rows]),
+        };
+    }
+    b.str("split", s.iter().map(|x| x.split.clone()).collect())
         .u32("n", s.iter().map(|x| x.n).collect())
         .f64("acc", s.iter().map(|x| x.acc).collect())
         .f64(

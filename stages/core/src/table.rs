@@ -3,10 +3,12 @@
 
 use std::sync::Arc;
 
-use arrow_array::builder::{BooleanBuilder, Float32Builder, Float64Builder};
+use arrow_array::builder::{
+    BooleanBuilder, Float32Builder, Float64Builder, Int64Builder, StringBuilder,
+};
 use arrow_array::{
-    Array, ArrayRef, BooleanArray, FixedSizeListArray, Float32Array, Float64Array, RecordBatch,
-    StringArray, UInt16Array, UInt32Array,
+    Array, ArrayRef, BooleanArray, FixedSizeListArray, Float32Array, Float64Array, Int64Array,
+    RecordBatch, StringArray, UInt16Array, UInt32Array,
 };
 use arrow_schema::{DataType, Field, Schema};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -56,6 +58,12 @@ impl TableBuilder {
     pub fn str(self, name: &str, v: Vec<String>) -> Self {
         self.push(name, Arc::new(StringArray::from(v)), false)
     }
+    pub fn i64(self, name: &str, v: Vec<i64>) -> Self {
+        self.push(name, Arc::new(Int64Array::from(v)), false)
+    }
+    pub fn bool(self, name: &str, v: Vec<bool>) -> Self {
+        self.push(name, Arc::new(BooleanArray::from(v)), false)
+    }
     /// The train/test split column (`"train"` / `"test"`).
     pub fn split(self, name: &str, is_test: &[bool]) -> Self {
         self.split3(name, is_test, &[])
@@ -89,6 +97,20 @@ impl TableBuilder {
     }
     pub fn f64_opt(self, name: &str, v: Vec<Option<f64>>) -> Self {
         let mut b = Float64Builder::with_capacity(v.len());
+        for x in v {
+            b.append_option(x);
+        }
+        self.push(name, Arc::new(b.finish()), true)
+    }
+    pub fn i64_opt(self, name: &str, v: Vec<Option<i64>>) -> Self {
+        let mut b = Int64Builder::with_capacity(v.len());
+        for x in v {
+            b.append_option(x);
+        }
+        self.push(name, Arc::new(b.finish()), true)
+    }
+    pub fn str_opt(self, name: &str, v: Vec<Option<String>>) -> Self {
+        let mut b = StringBuilder::new();
         for x in v {
             b.append_option(x);
         }

@@ -587,21 +587,21 @@ pub fn render(
                 }
                 psplit.push(s.clone());
                 pmetric.push(m.label().to_string());
-                pmean.push(a.map(|a| Some(a.mean as f32)).unwrap_or(None));
-                pstd.push(a.map(|a| Some(a.std as f32)).unwrap_or(None));
+                pmean.push(a.map(|a| a.mean));
+                pstd.push(a.map(|a| a.std));
                 pn.push(a.map(|a| a.n).unwrap_or(0));
             }
         }
     }
     let mut tb = TableBuilder::new();
     for (name, c) in axis_names.iter().zip(pcols) {
-        tb = tb.str(name, c);
+        tb = typed_axis(tb, name, c);
     }
     let parquet = tb
         .str("split", psplit)
         .str("metric", pmetric)
-        .f32_opt("mean", pmean)
-        .f32_opt("std", pstd)
+        .f64_opt("mean", pmean)
+        .f64_opt("std", pstd)
         .u32("n", pn)
         .meta("nmi", format!("{:?}", layout.settings.nmi).to_lowercase())
         .to_parquet()?;
@@ -613,6 +613,23 @@ pub fn render(
         cells_total,
         cells_complete,
     })
+}
+
+/// An axis column of a table's Parquet, typed: `pretrain` boolean, `corruption` float64,
+/// `budget` int64 (when every value reads as one), any other axis text.
+pub fn typed_axis(tb: TableBuilder, name: &str, values: Vec<String>) -> TableBuilder {
+    match name {
+        "pretrain" if values.iter().all(|v| v == "true" || v == "false") => {
+            tb.bool(name, values.iter().map(|v| v == "true").collect())
+        }
+        "corruption" if values.iter().all(|v| v.parse::<f64>().is_ok()) => {
+            tb.f64(name, values.iter().filter_map(|v| v.parse().ok()).collect())
+        }
+        "budget" if values.iter().all(|v| v.parse::<i64>().is_ok()) => {
+            tb.i64(name, values.iter().filter_map(|v| v.parse().ok()).collect())
+        }
+        _ => tb.str(name, values),
+    }
 }
 
 pub(crate) fn latex_escape(s: &str) -> String {

@@ -146,4 +146,9 @@ pub fn settings<T: 'static>(s: &Settings) -> &T {
 pub struct ResolvedMethod {
     pub method: &'static dyn Method,
     pub settings: Settings,
+    /// Its sections as resolved (`params.<section>` merged with its own values), in JSON.
+    pub sections: std::collections::BTreeMap<String, serde_json::Value>,
+    /// What its own entry sets (`methods.<name>.<section>`), in JSON: the values that win
+    /// over `params` and over `--set params…`.
+    pub own: std::collections::BTreeMap<String, serde_json::Value>,
 }

@@ -4,7 +4,7 @@
 use serde_yaml_ng::Value;
 
 use super::schema::*;
-use super::spec::Spec;
+use super::spec::{Override, Spec};
 use super::{overrides::*, source::*, validate::*};
 use crate::error::{Error, Result};
 
@@ -54,7 +54,7 @@ pub fn load(arg: &str, overrides: &[String]) -> Result<Spec> {
         (file, vec![])
     } else {
         let placed = apply_overrides(&mut value, overrides, &super::sections::sections())?;
-        let file = serde_yaml_ng::from_value(value).map_err(|e| {
+        let file = serde_yaml_ng::from_value(value.clone()).map_err(|e| {
             let (clean, hint) = explain_serde(&e.to_string());
             let mut err = Error::user(format!("`--set {}`: {clean}", overrides.join("` `--set ")));
             if let Some(h) = hint {
@@ -64,8 +64,17 @@ pub fn load(arg: &str, overrides: &[String]) -> Result<Spec> {
         })?;
         (file, placed)
     };
+    let applied: Vec<Override> = placed
+        .iter()
+        .map(|(path, arg)| Override {
+            path: path.clone(),
+            arg: arg.clone(),
+        })
+        .collect();
     let mut spec = validate(src, file, placed)?;
     spec.target_order = target_order;
+    spec.overrides = applied;
+    spec.document = value;
     Ok(spec)
 }
 

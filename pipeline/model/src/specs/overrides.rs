@@ -139,3 +139,8 @@ pub(crate) fn merge(base: &mut Value, over: &Value) {
         (b, o) => *b = o.clone(),
     }
 }
+
+/// A YAML value as JSON (what manifests and `upcc config --json` carry).
+pub fn yaml_to_json(v: &Value) -> serde_json::Value {
+    serde_json::to_value(v).unwrap_or(serde_json::Value::Null)
+}

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_yaml_ng::Value;
 use upcc_stages::check::{Check, Problem};
 
@@ -19,11 +20,14 @@ pub struct Resolver<'p, 'a> {
     pub(crate) broken: &'p BTreeSet<String>,
     pub(crate) method: &'p str,
     pub(crate) overrides: &'p BTreeMap<String, Value>,
+    /// Each section as resolved (defaults, `params`, the method's own values), in JSON: what
+    /// the method trains with, recorded with its results and printed by `upcc config`.
+    pub(crate) resolved: BTreeMap<String, serde_json::Value>,
 }
 
 impl Resolver<'_, '_> {
     /// The method's settings of section `name`, checked; `None` after reporting problems.
-    pub fn section<T: DeserializeOwned + Check>(&mut self, name: &str) -> Option<T> {
+    pub fn section<T: DeserializeOwned + Check + Serialize>(&mut self, name: &str) -> Option<T> {
         let base = self
             .params
             .get(name)
@@ -45,6 +49,9 @@ impl Resolver<'_, '_> {
             Ok(v) => {
                 let problems = v.check();
                 if problems.is_empty() {
+                    if let Ok(json) = serde_json::to_value(&v) {
+                        self.resolved.insert(name.to_string(), json);
+                    }
                     return Some(v);
                 }
                 // Report each at the method's override if it set that field, else at params

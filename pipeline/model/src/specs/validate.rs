@@ -87,6 +87,8 @@ pub(crate) fn validate(
         params,
         methods,
         target_order: vec![],
+        overrides: vec![],
+        document: serde_yaml_ng::Value::Null,
         oracle_runs,
         shapes,
         targets: resolved,

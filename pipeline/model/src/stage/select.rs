@@ -159,6 +159,7 @@ pub fn wire(
                 pretrain: cell.pretrain,
                 seed: r as u64 + 1,
                 holdout,
+                sections: cell.sections,
             };
             let assign = run(w, &search, feat, g)?;
             let m = super::metrics::wire(w, assign, &search)?;

@@ -82,6 +82,7 @@ impl<'a> CellsCx<'a> {
             pretrain: false,
             seed,
             holdout: false,
+            sections: &crate::wiring::NO_SECTIONS,
         }
     }
 }
@@ -197,6 +198,7 @@ fn method_cells(
                             let cell = Cell {
                                 method,
                                 pretrain,
+                                sections: &m.sections,
                                 ..cx.cell(ds, sup, point, seed)
                             };
                             let (node, output, oracle) = leaf(w, &cell, m, feat)?;

@@ -40,7 +40,8 @@ pub use published::PublishedTable;
 pub use table::{TableInput, TableSource};
 
 /// Version of the table stage (rendering lives in `upcc-report`).
-pub const TABLE_VERSION: u32 = 1;
+/// 2: `table.parquet` holds float64 means and std, typed axis columns.
+pub const TABLE_VERSION: u32 = 2;
 /// Version of the figure stage (drawing lives in `upcc-report`).
 pub const FIGURE_VERSION: u32 = 1;
 

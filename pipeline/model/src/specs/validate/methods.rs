@@ -126,9 +126,16 @@ fn resolve_method(
         broken,
         method: name,
         overrides: &own,
+        resolved: BTreeMap::new(),
     };
-    m.resolve(&mut cx).map(|settings| ResolvedMethod {
+    let settings = m.resolve(&mut cx)?;
+    Some(ResolvedMethod {
         method: m,
         settings,
+        sections: cx.resolved,
+        own: own
+            .iter()
+            .map(|(k, v)| (k.clone(), crate::specs::overrides::yaml_to_json(v)))
+            .collect(),
     })
 }
