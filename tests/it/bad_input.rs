@@ -428,3 +428,32 @@ fn a_data_error_keeps_its_file_and_place_in_run_json() {
     assert_eq!(d["place"]["column"], 3, "{d}");
     assert!(d["message"].as_str().unwrap().contains("not finite"), "{d}");
 }
+
+#[test]
+fn a_misspelt_method_entry_is_one_problem_not_one_per_grid() {
+    let env = Env::new();
+    let smoke = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/smoke.yaml"),
+    )
+    .unwrap()
+    .replace("  weighted-probpair: {}\n", "  weighted-probpiar: {}\n");
+    env.write("typo.yaml", &smoke);
+    let r = env.upcc(&["status", &env.path("typo.yaml").display().to_string()]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.stderr.contains("did you mean `weighted-probpair`?"),
+        "{}",
+        r.stderr
+    );
+    // The grids that name `weighted-probpair` are not reported again, suggesting the typo.
+    assert!(
+        !r.stderr.contains("did you mean `weighted-probpiar`"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains("has 1 problem") || !r.stderr.contains("problems"),
+        "{}",
+        r.stderr
+    );
+}

@@ -25,6 +25,7 @@ mod numerics;
 mod params;
 mod pickles;
 mod published;
+mod readme;
 mod remote;
 mod report;
 mod results;

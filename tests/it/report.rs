@@ -225,3 +225,83 @@ fn the_report_renders_in_a_real_browser() {
     );
     println!("report screenshot: {}", shot.display());
 }
+
+/// pdflatex, when CI installed it (`UPCC_TEST_LATEX`) or it is on the PATH.
+fn pdflatex() -> Option<String> {
+    let want = std::env::var("UPCC_TEST_LATEX").ok();
+    let cmd = want
+        .clone()
+        .filter(|w| w != "1")
+        .unwrap_or("pdflatex".into());
+    let found = Command::new(&cmd)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        found || want.is_none(),
+        "UPCC_TEST_LATEX is set but `{cmd}` does not run (CI installs Debian's texlive)"
+    );
+    found.then_some(cmd)
+}
+
+#[test]
+fn every_generated_tex_compiles_with_stock_pdflatex() {
+    let Some(pdflatex) = pdflatex() else {
+        eprintln!("skipped: no pdflatex (CI installs texlive and sets UPCC_TEST_LATEX)");
+        return;
+    };
+    let env = Env::new();
+    // Titles with what stock pdflatex rejects raw (π, λ, ≥, —) or reads as markup (%, &, _).
+    let spec = eci_spec()
+        .replacen(
+            "    title: eci\n",
+            "    title: \"ECI-PP vs ProbPair — π = 0.3, λ ≥ 0, 100% & more_x\"\n",
+            1,
+        )
+        .replacen(
+            "  experts:\n",
+            "  spots:\n    kind: blind-spots\n    grid: {dataset: [blobs], supervision: [multi2]}\n  experts:\n",
+            1,
+        );
+    env.write("spec.yaml", &spec);
+    env.run_ok(&[]);
+    assert_eq!(report(&env, &[]).code, 0);
+    let out = env.path("report");
+    let mut texs = Vec::new();
+    for e in std::fs::read_dir(&out).unwrap().flatten() {
+        let t = e.path().join("table.tex");
+        if t.exists() {
+            texs.push(t);
+        }
+    }
+    texs.sort();
+    assert!(texs.len() >= 3, "{texs:?}");
+    for tex in &texs {
+        let body = std::fs::read_to_string(tex).unwrap();
+        assert!(body.is_ascii(), "{}: not ASCII:\n{body}", tex.display());
+        let dir = tex.parent().unwrap();
+        std::fs::write(
+            dir.join("doc.tex"),
+            "\\documentclass{article}\n\\usepackage{booktabs,xcolor}\n\\begin{document}\n\\input{table.tex}\n\\end{document}\n",
+        )
+        .unwrap();
+        let o = Command::new(&pdflatex)
+            .args(["-interaction=nonstopmode", "-halt-on-error", "doc.tex"])
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success() && dir.join("doc.pdf").exists(),
+            "{} does not compile:\n{body}\n{}",
+            tex.display(),
+            String::from_utf8_lossy(&o.stdout)
+        );
+    }
+    let main = std::fs::read_to_string(out.join("main").join("table.tex")).unwrap();
+    assert!(main.contains("$\\pi$ = 0.3, $\\lambda$ $\\ge$ 0"), "{main}");
+    assert!(
+        main.contains("$\\pm$"),
+        "the spread over the 2 trials: {main}"
+    );
+    assert!(main.contains("mean$\\pm$std over 2 trials"), "{main}");
+}

@@ -81,7 +81,8 @@ fn sweep_blind_spots_values_and_runtime_targets_end_to_end() {
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
     let svg = String::from_utf8(std::fs::read(output_path(&env, "figure/sweep", "svg")).unwrap())
         .unwrap();
-    for label in ["lv0.3", "weighted-probpair", "NMI"] {
+    // The legend names methods as the paper does.
+    for label in ["lv0.3", "Weighted ProbPair", "NMI"] {
         assert!(svg.contains(label), "the sweep's SVG lacks `{label}`");
     }
     let points = parquet_rows(&output_path(&env, "figure/sweep", "table"));

@@ -20,6 +20,18 @@ pub const PANELS: [(&str, &str); 8] = [
     ("ap_oracle", "(H) AP, oracle supervision"),
 ];
 
+/// The y-axis title of each panel (A–H).
+pub const Y_DESC: [&str; 8] = [
+    "Brier score",
+    "Brier score",
+    "Brier score",
+    "gap",
+    "AUC",
+    "AP",
+    "AUC",
+    "AP",
+];
+
 /// Diagnostics tabulated with the panels (in the figure's table) but not drawn: how much the
 /// Correctors correct and how much screening keeps, over the training constraints.
 pub const EXTRA: [(&str, &str); 2] = [
@@ -53,6 +65,69 @@ pub(crate) fn register_font() {
         // The vendored DejaVu Sans is a valid font; failure would only lose the text.
         let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, FONT);
     });
+}
+
+/// Title `title` over `root` in the largest font up to 22 px that fits its width (never
+/// clipped at both ends); the area below it.
+pub(crate) fn title_fitted<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+) -> Result<DrawingArea<DB, Shift>, DrawingAreaErrorKind<DB::ErrorType>> {
+    let w = root.dim_in_pixel().0 as f64;
+    let size = fitting_font(title, w - 24.0, 22.0);
+    root.titled(title, ("sans-serif", size))
+}
+
+/// The largest font size up to `max` at which `text` is about `width` pixels wide or less
+/// (DejaVu Sans: about 0.6 em per character), never below 10.
+pub(crate) fn fitting_font(text: &str, width: f64, max: f64) -> f64 {
+    let chars = text.chars().count().max(1) as f64;
+    (width / (0.6 * chars)).clamp(10.0, max)
+}
+
+/// The width an image needs for `title` at 16 px or more (see [`fitting_font`]).
+pub(crate) fn width_for_title(title: &str) -> u32 {
+    (title.chars().count() as f64 * 0.6 * 16.0 + 40.0) as u32
+}
+
+/// A legend as one centred row under the panels, off every panel's data: per entry a line
+/// (`false`) or a filled box (`true`) in its colour, then its label.
+pub(crate) fn legend_row<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    items: &[(String, RGBColor, bool)],
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    if items.is_empty() {
+        return Ok(());
+    }
+    let (w, h) = area.dim_in_pixel();
+    let size = 14.0;
+    let widths: Vec<i32> = items
+        .iter()
+        .map(|(l, _, _)| 30 + (l.chars().count() as f64 * 0.6 * size) as i32 + 22)
+        .collect();
+    let total: i32 = widths.iter().sum();
+    let mut x = ((w as i32 - total) / 2).max(4);
+    let y = h as i32 / 2;
+    for ((label, color, boxed), width) in items.iter().zip(&widths) {
+        if *boxed {
+            area.draw(&Rectangle::new(
+                [(x, y - 6), (x + 22, y + 6)],
+                color.filled(),
+            ))?;
+        } else {
+            area.draw(&PathElement::new(
+                vec![(x, y), (x + 22, y)],
+                color.stroke_width(3),
+            ))?;
+        }
+        area.draw(&Text::new(
+            label.clone(),
+            (x + 30, y - 8),
+            ("sans-serif", size),
+        ))?;
+        x += width;
+    }
+    Ok(())
 }
 
 /// One trial's diagnostics: iteration → the value of every column (`columns()`).
@@ -126,7 +201,7 @@ pub fn render(title: &str, series: &[Series], std_ddof: u8) -> Result<Figure, Re
         .collect();
     let labels: Vec<&str> = series.iter().map(|s| s.label.as_str()).collect();
     register_font();
-    let (w, h) = (1600u32, 760u32);
+    let (w, h) = (1600u32.max(width_for_title(title)), 800u32);
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (w, h)).into_drawing_area();
@@ -153,8 +228,15 @@ fn draw<DB: DrawingBackend>(
 ) -> Result<(), String> {
     let e = |x: DrawingAreaErrorKind<DB::ErrorType>| format!("{x:?}");
     root.fill(&WHITE).map_err(e)?;
-    let root = root.titled(title, ("sans-serif", 22)).map_err(e)?;
-    let panels = root.split_evenly((2, 4));
+    let root = title_fitted(root, title).map_err(e)?;
+    let (plots, legend) = root.split_vertically(root.dim_in_pixel().1.saturating_sub(36));
+    let items: Vec<(String, RGBColor, bool)> = labels
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (l.to_string(), COLORS[i % COLORS.len()], false))
+        .collect();
+    legend_row(&legend, &items).map_err(e)?;
+    let panels = plots.split_evenly((2, 4));
     for (p, area) in panels.iter().enumerate() {
         let pts: Vec<&(f64, f64, f64)> = curves.iter().flat_map(|c| c[p].iter()).collect();
         let (mut lo, mut hi) = pts
@@ -183,14 +265,22 @@ fn draw<DB: DrawingBackend>(
             .caption(PANELS[p].1, ("sans-serif", 15))
             .margin(8)
             .x_label_area_size(32)
-            .y_label_area_size(52)
+            .y_label_area_size(60)
             .build_cartesian_2d(x0..x1, (lo - pad)..(hi + pad))
             .map_err(e)?;
         chart
             .configure_mesh()
             .x_desc("iteration")
-            .x_labels(5)
-            .x_label_formatter(&|x| format!("{x:.0}"))
+            .y_desc(Y_DESC[p])
+            // Iterations are whole: at most one label per iteration, none between them.
+            .x_labels(((x1 - x0).round() as usize + 1).clamp(2, 6))
+            .x_label_formatter(&|x| {
+                if (x - x.round()).abs() < 1e-9 {
+                    format!("{x:.0}")
+                } else {
+                    String::new()
+                }
+            })
             .y_labels(5)
             .label_style(("sans-serif", 12))
             .axis_desc_style(("sans-serif", 12))
@@ -212,23 +302,11 @@ fn draw<DB: DrawingBackend>(
                     )))
                     .map_err(e)?;
             }
-            let line = chart
+            chart
                 .draw_series(LineSeries::new(
                     c[p].iter().map(|(x, m, _)| (*x, *m)),
                     color.stroke_width(2),
                 ))
-                .map_err(e)?;
-            line.label(labels[si]).legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-            });
-        }
-        if p == 0 {
-            chart
-                .configure_series_labels()
-                .label_font(("sans-serif", 12))
-                .background_style(WHITE.mix(0.85))
-                .border_style(RGBColor(200, 200, 200))
-                .draw()
                 .map_err(e)?;
         }
     }

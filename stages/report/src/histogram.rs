@@ -128,6 +128,19 @@ pub fn render_values(title: &str, panels: &[ValuePanel]) -> Result<Histograms, R
 
 type Counts = Option<Vec<(u32, u32)>>;
 
+/// Whether one bin dwarfs the rest (a spike at 0 flattens every other bar): then the count
+/// axis is logarithmic.
+pub(crate) fn needs_log_axis(h: &[(u32, u32)]) -> bool {
+    let mut nonzero: Vec<u32> = h.iter().map(|(a, b)| a + b).filter(|&n| n > 0).collect();
+    if nonzero.len() < 3 {
+        return false;
+    }
+    nonzero.sort_unstable();
+    let median = nonzero[nonzero.len() / 2];
+    let max = *nonzero.last().unwrap_or(&0);
+    max > 20 * median.max(1)
+}
+
 fn draw<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     title: &str,
@@ -137,73 +150,92 @@ fn draw<DB: DrawingBackend>(
 ) -> Result<(), String> {
     let e = |x: DrawingAreaErrorKind<DB::ErrorType>| format!("{x:?}");
     root.fill(&WHITE).map_err(e)?;
-    let root = root.titled(title, ("sans-serif", 20)).map_err(e)?;
+    let root = crate::figure::title_fitted(root, title).map_err(e)?;
+    let (plots, legend) = root.split_vertically(root.dim_in_pixel().1.saturating_sub(36));
     let clean = RGBColor(31, 119, 180);
     let corrupt = RGBColor(160, 160, 160);
-    for (p, area) in root.split_evenly(grid).iter().enumerate() {
+    crate::figure::legend_row(
+        &legend,
+        &[
+            ("clean".to_string(), clean, true),
+            ("corrupted".to_string(), corrupt, true),
+        ],
+    )
+    .map_err(e)?;
+    for (p, area) in plots.split_evenly(grid).iter().enumerate() {
         let Some(h) = &counts[p] else { continue };
-        let top = h.iter().map(|(a, b)| a + b).max().unwrap_or(0).max(1) as f64 * 1.08;
-        let mut chart = ChartBuilder::on(area)
-            .caption(&titles[p], ("sans-serif", 14))
-            .margin(8)
-            .x_label_area_size(30)
-            .y_label_area_size(50)
-            .build_cartesian_2d(0f64..1f64, 0f64..top)
-            .map_err(e)?;
-        chart
-            .configure_mesh()
-            .x_desc("recorded value y")
-            .x_labels(6)
-            .x_label_formatter(&|x| format!("{x:.1}"))
-            .y_labels(5)
-            .y_label_formatter(&|y| format!("{y:.0}"))
-            .label_style(("sans-serif", 11))
-            .axis_desc_style(("sans-serif", 11))
-            .light_line_style(RGBColor(235, 235, 235))
-            .draw()
-            .map_err(e)?;
-        let width = 1.0 / BINS as f64;
-        let bar = |b: usize, lo: f64, hi: f64, color: RGBColor| {
-            Rectangle::new(
-                [(b as f64 * width, lo), ((b + 1) as f64 * width, hi)],
-                color.filled(),
-            )
-        };
-        let drawn = chart
-            .draw_series(
-                h.iter()
-                    .enumerate()
-                    .map(|(b, (c, _))| bar(b, 0.0, *c as f64, clean)),
+        let top = h.iter().map(|(a, b)| a + b).max().unwrap_or(0).max(1) as f64;
+        if needs_log_axis(h) {
+            panel(
+                area,
+                &titles[p],
+                h,
+                (0.8f64..top * 1.6).log_scale(),
+                0.8,
+                "count (log scale)",
             )
             .map_err(e)?;
-        let legend = p == 0;
-        if legend {
-            drawn.label("clean").legend(move |(x, y)| {
-                Rectangle::new([(x, y - 5), (x + 12, y + 5)], clean.filled())
-            });
-        }
-        let drawn = chart
-            .draw_series(
-                h.iter()
-                    .enumerate()
-                    .filter(|(_, (_, k))| *k > 0)
-                    .map(|(b, (c, k))| bar(b, *c as f64, (*c + *k) as f64, corrupt)),
-            )
-            .map_err(e)?;
-        if legend {
-            drawn.label("corrupted").legend(move |(x, y)| {
-                Rectangle::new([(x, y - 5), (x + 12, y + 5)], corrupt.filled())
-            });
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperMiddle)
-                .label_font(("sans-serif", 11))
-                .background_style(WHITE.mix(0.85))
-                .border_style(RGBColor(200, 200, 200))
-                .draw()
-                .map_err(e)?;
+        } else {
+            panel(area, &titles[p], h, 0f64..top * 1.08, 0.0, "count").map_err(e)?;
         }
     }
+    Ok(())
+}
+
+/// One histogram: stacked clean and corrupted bars on the count axis `y` (bars start at
+/// `base`, its lowest value).
+fn panel<DB: DrawingBackend, Y>(
+    area: &DrawingArea<DB, Shift>,
+    title: &str,
+    h: &[(u32, u32)],
+    y: Y,
+    base: f64,
+    y_desc: &str,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>>
+where
+    Y: plotters::coord::ranged1d::AsRangedCoord<Value = f64>,
+    Y::CoordDescType: plotters::coord::ranged1d::ValueFormatter<f64>,
+{
+    let clean = RGBColor(31, 119, 180);
+    let corrupt = RGBColor(160, 160, 160);
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 14))
+        .margin(8)
+        .margin_right(18)
+        .x_label_area_size(34)
+        .y_label_area_size(58)
+        .build_cartesian_2d(0f64..1f64, y)?;
+    chart
+        .configure_mesh()
+        .x_desc("recorded value y")
+        .y_desc(y_desc)
+        .x_labels(6)
+        .x_label_formatter(&|x| format!("{x:.1}"))
+        .y_labels(5)
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .label_style(("sans-serif", 11))
+        .axis_desc_style(("sans-serif", 11))
+        .light_line_style(RGBColor(235, 235, 235))
+        .draw()?;
+    let width = 1.0 / BINS as f64;
+    let bar = |b: usize, lo: f64, hi: f64, color: RGBColor| {
+        Rectangle::new(
+            [(b as f64 * width, lo), ((b + 1) as f64 * width, hi)],
+            color.filled(),
+        )
+    };
+    chart.draw_series(
+        h.iter()
+            .enumerate()
+            .filter(|(_, (c, _))| *c > 0)
+            .map(|(b, (c, _))| bar(b, base, *c as f64, clean)),
+    )?;
+    chart.draw_series(
+        h.iter()
+            .enumerate()
+            .filter(|(_, (_, k))| *k > 0)
+            .map(|(b, (c, k))| bar(b, (*c as f64).max(base), (*c + *k) as f64, corrupt)),
+    )?;
     Ok(())
 }
 

@@ -490,6 +490,12 @@ pub fn render(
                             } else {
                                 num
                             };
+                            // The spread over trials, as the paper's appendix tables show it.
+                            let num = if a.n > 1 {
+                                format!("{num}$\\pm${:.d$}", a.std)
+                            } else {
+                                num
+                            };
                             parts_tex.push(if s == "train" {
                                 format!("\\textcolor{{blue}}{{{num}}}")
                             } else {
@@ -537,10 +543,15 @@ pub fn render(
     }
 
     // LaTeX in the paper's style.
-    let mut tex = String::new();
+    let mut tex = String::from(LATEX_PACKAGES);
     tex.push_str("\\begin{table}[h]\n\\centering\n");
+    let spread = if expected_trials > 1 {
+        format!("; mean$\\pm$std over {expected_trials} trials")
+    } else {
+        String::new()
+    };
     tex.push_str(&format!(
-        "\\caption{{{} ({}). \\textcolor{{blue}}{{Blue}} and black represent \\textcolor{{blue}}{{training}} and test results; best in \\textbf{{bold}}, second \\underline{{underlined}}.}}\n",
+        "\\caption{{{} ({}{spread}). \\textcolor{{blue}}{{Blue}} and black represent \\textcolor{{blue}}{{training}} and test results; best in \\textbf{{bold}}, second \\underline{{underlined}}.}}\n",
         latex_escape(&layout.title),
         nmi_note
     ));
@@ -632,13 +643,118 @@ pub fn typed_axis(tb: TableBuilder, name: &str, values: Vec<String>) -> TableBui
     }
 }
 
-pub(crate) fn latex_escape(s: &str) -> String {
-    s.replace('\\', "\\textbackslash{}")
-        .replace('_', "\\_")
-        .replace('%', "\\%")
-        .replace('&', "\\&")
-        .replace('#', "\\#")
+/// How figures name a coordinate: methods by the paper's names (a search run's
+/// `probpair@lambda=0.1` keeps its suffix), pretraining in words, the constraint axes with
+/// their symbols; anything else as written.
+pub fn display_value(axis: &str, v: &str) -> String {
+    match axis {
+        "method" => {
+            let (base, rest) = v.split_once('@').map_or((v, None), |(b, r)| (b, Some(r)));
+            let name = match base {
+                "probpair" => "ProbPair",
+                "weighted-probpair" => "Weighted ProbPair",
+                "eci-pp" => "ECI-PP",
+                "vanilla-dcc" => "VanillaDCC",
+                "volmax-dcc" => "VolMaxDCC",
+                "cidec" => "CIDEC",
+                "spherepair" => "SpherePair",
+                "sp-ea" => "SP-EA",
+                "wpp-ea" => "WPP-EA",
+                other => other,
+            };
+            match rest {
+                Some(r) => format!("{name} ({r})"),
+                None => name.to_string(),
+            }
+        }
+        "pretrain" => match v {
+            "true" => "pretrained".to_string(),
+            "false" => "no pretraining".to_string(),
+            other => other.to_string(),
+        },
+        "corruption" => format!("π = {v}"),
+        "budget" => format!("{v} constraints"),
+        _ => v.to_string(),
+    }
 }
+
+/// The first line of every generated `.tex`: what a document needs to `\\input` it.
+pub(crate) const LATEX_PACKAGES: &str =
+    "% upcc table: \\input it in a document that loads \\usepackage{booktabs,xcolor}\n";
+
+pub(crate) fn latex_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        let greek = GREEK.iter().find(|(g, _)| *g == c).map(|(_, n)| *n);
+        match (c, greek) {
+            (_, Some(name)) => {
+                out.push_str("$\\");
+                out.push_str(name);
+                out.push('$');
+            }
+            ('\\', _) => out.push_str("\\textbackslash{}"),
+            ('_' | '%' | '&' | '#' | '$' | '{' | '}', _) => {
+                out.push('\\');
+                out.push(c);
+            }
+            ('~', _) => out.push_str("\\textasciitilde{}"),
+            ('^', _) => out.push_str("\\textasciicircum{}"),
+            ('—', _) => out.push_str("---"),
+            ('–', _) => out.push_str("--"),
+            ('±', _) => out.push_str("$\\pm$"),
+            ('×', _) => out.push_str("$\\times$"),
+            ('→', _) => out.push_str("$\\to$"),
+            ('≤', _) => out.push_str("$\\le$"),
+            ('≥', _) => out.push_str("$\\ge$"),
+            ('≈', _) => out.push_str("$\\approx$"),
+            ('·', _) => out.push_str("$\\cdot$"),
+            ('−', _) => out.push_str("$-$"),
+            ('…', _) => out.push_str("\\ldots{}"),
+            ('‘' | '’', _) => out.push('\''),
+            ('“', _) => out.push_str("``"),
+            ('”', _) => out.push_str("''"),
+            (c, _) if c.is_ascii() => out.push(c),
+            // Anything else stock pdflatex may not know: named, never passed raw.
+            (c, _) => out.push_str(&format!("[U+{:04X}]", c as u32)),
+        }
+    }
+    out
+}
+
+/// Greek letters a title may use (π, λ, α, …) and their LaTeX names, typeset in math mode.
+const GREEK: &[(char, &str)] = &[
+    ('α', "alpha"),
+    ('β', "beta"),
+    ('γ', "gamma"),
+    ('δ', "delta"),
+    ('ε', "epsilon"),
+    ('ζ', "zeta"),
+    ('η', "eta"),
+    ('θ', "theta"),
+    ('κ', "kappa"),
+    ('λ', "lambda"),
+    ('μ', "mu"),
+    ('ν', "nu"),
+    ('ξ', "xi"),
+    ('π', "pi"),
+    ('ρ', "rho"),
+    ('σ', "sigma"),
+    ('τ', "tau"),
+    ('φ', "phi"),
+    ('χ', "chi"),
+    ('ψ', "psi"),
+    ('ω', "omega"),
+    ('Γ', "Gamma"),
+    ('Δ', "Delta"),
+    ('Θ', "Theta"),
+    ('Λ', "Lambda"),
+    ('Ξ', "Xi"),
+    ('Π', "Pi"),
+    ('Σ', "Sigma"),
+    ('Φ', "Phi"),
+    ('Ψ', "Psi"),
+    ('Ω', "Omega"),
+];
 
 pub(crate) fn csv_field(s: &str) -> String {
     if s.contains(',') || s.contains('"') {
@@ -724,7 +840,15 @@ mod tests {
             "{}",
             r.latex
         );
-        assert!(r.latex.contains("\\textcolor{blue}{\\textbf{60.0}}"));
+        // Training in blue, the spread over trials beside the mean, as the appendix shows it.
+        assert!(
+            r.latex
+                .contains("\\textcolor{blue}{\\textbf{60.0}$\\pm$10.0}"),
+            "{}",
+            r.latex
+        );
+        assert!(!r.latex.contains("40.0$\\pm$"), "one trial: no spread");
+        assert!(r.latex.is_ascii());
         assert!(
             r.csv.lines().any(|l| l.starts_with("d1,c,test,ACC,,,0")),
             "{}",

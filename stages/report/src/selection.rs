@@ -128,7 +128,10 @@ pub fn render_chosen(layout: &TableLayout, cells: &[ChosenCell]) -> Result<Rende
             &reproduced,
         ));
     }
-    let mut tex = String::from("\\begin{table}[t]\n\\centering\n");
+    let mut tex = format!(
+        "{}\\begin{{table}}[t]\n\\centering\n",
+        crate::LATEX_PACKAGES
+    );
     tex.push_str(&format!(
         "\\caption{{{}. Values are selected by mean validation ACC.}}\n",
         latex_escape(&layout.title)

@@ -93,11 +93,14 @@ pub fn render_sweep(
     let mut points = Vec::new();
     for &metric in &layout.metrics {
         for key in product(&rest_axes) {
-            let name: Vec<&str> = titled.iter().map(|&i| key[i].as_str()).collect();
+            let name: Vec<String> = titled
+                .iter()
+                .map(|&i| crate::display_value(&rest_axes[i].0, &key[i]))
+                .collect();
             let panel_name = if name.is_empty() {
                 metric.label().to_string()
             } else {
-                format!("{} {}", name.join(" "), metric.label())
+                format!("{}: {}", name.join(", "), metric.label())
             };
             let mut lines = Vec::new();
             for lv in &line_values {
@@ -134,12 +137,24 @@ pub fn render_sweep(
     }
     let cols = (panels.len() / layout.metrics.len().max(1)).max(1);
     let rows = layout.metrics.len().max(1);
-    let (w, h) = ((330 * cols as u32).max(700), 80 + 300 * rows as u32);
+    let (w, h) = (
+        (330 * cols as u32)
+            .max(700)
+            .max(crate::figure::width_for_title(title)),
+        116 + 300 * rows as u32,
+    );
+    let line_names: Vec<String> = match li {
+        Some(i) => line_values
+            .iter()
+            .map(|v| crate::display_value(&layout.axes[i].0, v))
+            .collect(),
+        None => vec![String::new()],
+    };
     register_font();
     let y_desc = if layout.settings.percent {
-        format!("{} (%)", axes.split)
+        format!("{} score (%)", axes.split)
     } else {
-        axes.split.clone()
+        format!("{} score", axes.split)
     };
     let mut svg = String::new();
     {
@@ -150,7 +165,7 @@ pub fn render_sweep(
             (rows, cols),
             &panels,
             &ticks,
-            &line_values,
+            &line_names,
             &x_desc,
             &y_desc,
         )
@@ -167,7 +182,7 @@ pub fn render_sweep(
             (rows, cols),
             &panels,
             &ticks,
-            &line_values,
+            &line_names,
             &x_desc,
             &y_desc,
         )
@@ -195,9 +210,26 @@ fn draw<DB: DrawingBackend>(
 ) -> Result<(), String> {
     let e = |x: DrawingAreaErrorKind<DB::ErrorType>| format!("{x:?}");
     root.fill(&WHITE).map_err(e)?;
-    let root = root.titled(title, ("sans-serif", 20)).map_err(e)?;
-    let areas = root.split_evenly(grid);
+    let root = crate::figure::title_fitted(root, title).map_err(e)?;
+    let (plots, legend) = root.split_vertically(root.dim_in_pixel().1.saturating_sub(36));
+    let items: Vec<(String, RGBColor, bool)> = line_values
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| !l.is_empty())
+        .map(|(i, l)| (l.clone(), COLORS[i % COLORS.len()], false))
+        .collect();
+    crate::figure::legend_row(&legend, &items).map_err(e)?;
+    let areas = plots.split_evenly(grid);
     let n = x_values.len();
+    // Lines side by side around each category, so that error bars do not overlap.
+    let lines = line_values.len().max(1);
+    let dodge = |li: usize| {
+        if lines == 1 {
+            0.0
+        } else {
+            (li as f64 - (lines as f64 - 1.0) / 2.0) * (0.5 / lines as f64)
+        }
+    };
     for (p, (area, panel)) in areas.iter().zip(panels).enumerate() {
         let pts: Vec<&(usize, f64, f64)> = panel.lines.iter().flatten().collect();
         let (mut lo, mut hi) = pts
@@ -216,14 +248,16 @@ fn draw<DB: DrawingBackend>(
             .caption(&panel.title, ("sans-serif", 14))
             .margin(8)
             .x_label_area_size(34)
-            .y_label_area_size(46)
+            .y_label_area_size(52)
             .build_cartesian_2d(-0.5f64..(n as f64 - 0.5), (lo - pad)..(hi + pad))
             .map_err(e)?;
         chart
             .configure_mesh()
             .x_desc(x_desc)
             .y_desc(if p % grid.1 == 0 { y_desc } else { "" })
-            .x_labels(n.max(1) * 2 + 1)
+            // One key point per category: no unlabelled ticks between them.
+            .x_labels(n.max(1))
+            .x_max_light_lines(0)
             .x_label_formatter(&|x| {
                 let i = x.round();
                 if (x - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < n {
@@ -241,30 +275,24 @@ fn draw<DB: DrawingBackend>(
             .map_err(e)?;
         for (li, line) in panel.lines.iter().enumerate() {
             let color = COLORS[li % COLORS.len()];
+            let off = dodge(li);
             chart
                 .draw_series(line.iter().map(|(x, m, s)| {
-                    ErrorBar::new_vertical(*x as f64, m - s, *m, m + s, color.stroke_width(1), 6)
+                    ErrorBar::new_vertical(
+                        *x as f64 + off,
+                        m - s,
+                        *m,
+                        m + s,
+                        color.stroke_width(1),
+                        6,
+                    )
                 }))
                 .map_err(e)?;
-            let drawn = chart
+            chart
                 .draw_series(LineSeries::new(
-                    line.iter().map(|(x, m, _)| (*x as f64, *m)),
+                    line.iter().map(|(x, m, _)| (*x as f64 + off, *m)),
                     color.stroke_width(2),
                 ))
-                .map_err(e)?;
-            if !line_values[li].is_empty() {
-                drawn.label(line_values[li].as_str()).legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-                });
-            }
-        }
-        if p == 0 && line_values.iter().any(|l| !l.is_empty()) {
-            chart
-                .configure_series_labels()
-                .label_font(("sans-serif", 11))
-                .background_style(WHITE.mix(0.85))
-                .border_style(RGBColor(200, 200, 200))
-                .draw()
                 .map_err(e)?;
         }
     }
@@ -347,7 +375,7 @@ mod tests {
         let p = f
             .points
             .iter()
-            .find(|p| p.panel == "mnist ACC" && p.line == "eci-pp" && p.x == "lv0.01")
+            .find(|p| p.panel == "mnist: ACC" && p.line == "eci-pp" && p.x == "lv0.01")
             .unwrap();
         assert!(
             (p.agg.mean - 66.5).abs() < 1e-9 && (p.agg.std - 0.5).abs() < 1e-9 && p.agg.n == 2,
@@ -361,10 +389,11 @@ mod tests {
             "0.1%",
             "lv0.01",
             "expert quality",
-            "mnist NMI",
-            "fmnist ACC",
-            "eci-pp",
-            "probpair",
+            "mnist: NMI",
+            "fmnist: ACC",
+            // The legend names methods as the paper does.
+            "ECI-PP",
+            "ProbPair",
         ] {
             assert!(f.svg.contains(label), "SVG lacks `{label}`");
         }

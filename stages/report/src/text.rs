@@ -52,7 +52,8 @@ pub fn render_text(
         "|{}|\n",
         header.iter().map(|_| "---").collect::<Vec<_>>().join("|")
     ));
-    let mut tex = format!(
+    let mut tex = crate::LATEX_PACKAGES.to_string()
+        + &format!(
         "\\begin{{table}}[t]\n\\centering\n\\caption{{{}. {}.}}\n\\begin{{tabular}}{{{}}}\n\\toprule\n{} \\\\\n\\midrule\n",
         latex_escape(&layout.title),
         latex_escape(caption),

@@ -165,15 +165,19 @@ impl Task for FigureTask {
             if let Some(o) = self.oracle_inputs.get(&i.input) {
                 oracle_panels(ctx.input(o)?, &iterations, &mut values)?;
             }
-            let label = if varying.is_empty() {
-                i.coords.values().cloned().collect::<Vec<_>>().join(" ")
+            // In the paper's words (`ECI-PP, multi3, pretrained`), the method first.
+            let keys: Vec<&String> = if varying.is_empty() {
+                let mut k: Vec<&String> = i.coords.keys().filter(|k| *k != "dataset").collect();
+                k.sort_by_key(|k| *k != "method");
+                k
             } else {
-                varying
-                    .iter()
-                    .map(|k| i.coords[k].clone())
-                    .collect::<Vec<_>>()
-                    .join(" ")
+                varying.iter().collect()
             };
+            let label = keys
+                .iter()
+                .map(|k| upcc_report::display_value(k, &i.coords[*k]))
+                .collect::<Vec<_>>()
+                .join(", ");
             let trial = TrialDiagnostics { iterations, values };
             match series.iter_mut().find(|s| s.label == label) {
                 Some(s) => s.trials.push(trial),

@@ -113,7 +113,7 @@ fn check_grid(
             );
         }
         for v in values {
-            if !valid.contains(&v.as_str()) {
+            if !valid.contains(&v.as_str()) && !typo_reported(file, axis, v) {
                 p.unknown(&at(axis), what, v, &valid);
             }
         }
@@ -265,4 +265,19 @@ pub(super) fn read_published(
             r.published = targets::published::read(t, ps, r.kind, dir, p);
         }
     }
+}
+
+/// Whether grid method `v` is missing only because the spec's `methods:` entry for it is
+/// misspelt (`weighted-probpiar: {}`): that entry's problem already names `v`, and repeating it
+/// here would suggest the typo back.
+fn typo_reported(file: &SpecFile, axis: Axis, v: &str) -> bool {
+    if axis != Axis::Method || crate::method::lookup(v).is_none() {
+        return false;
+    }
+    let kinds = crate::method::kinds();
+    file.methods.iter().any(|(name, entry)| {
+        crate::method::lookup(name).is_none()
+            && entry.get("kind").is_none()
+            && crate::error::nearest(name, kinds.iter().copied()) == Some(v)
+    })
 }
