@@ -293,6 +293,17 @@ fn editing_a_stage_marks_its_results_and_early_cutoff_keeps_the_rest() {
     // A real rebuild's digests differ from the edit's: the unedited build reads its own again.
     let back = env.upcc(&["status", &spec, "--json"]);
     assert_eq!(back.json()["stale"], 0);
+    // Both builds' results are kept by gc from either (a shared store's other users).
+    for edited in [false, true] {
+        let args = ["gc", spec.as_str(), "--grace-minutes", "0", "--dry-run"];
+        let gc = if edited {
+            with_edit(&env, edit, &args)
+        } else {
+            env.upcc(&args)
+        };
+        assert_eq!(gc.code, 0, "{gc:?}");
+        assert!(gc.stdout.starts_with("dry run: 0 results"), "{}", gc.stdout);
+    }
 }
 
 #[test]

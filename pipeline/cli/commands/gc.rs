@@ -29,7 +29,12 @@ pub fn gc(args: &GcArgs, env: &Env) -> Result<i32> {
             String::new(),
         ))
     };
-    let store = open_store(&env.store, false)?.with_trust(keep_every_signer());
+    // And a node's last result is kept whatever code computed it (a colleague's build of
+    // other code, in a shared store): only results superseded by one computed under the
+    // current code, or no longer reached at all, are garbage.
+    let store = open_store(&env.store, false)?
+        .with_trust(keep_every_signer())
+        .keeping_code_changes(true);
     // `--remote [URL]`: the remote is collected too, with the same roots; never without it.
     let remote = match &args.remote {
         None => None,
@@ -43,6 +48,9 @@ pub fn gc(args: &GcArgs, env: &Env) -> Result<i32> {
         }
     };
     let mut keep: BTreeSet<Digest<NodeKeyTag>> = BTreeSet::new();
+    // The material each reached node has under this build (per device class and spec).
+    let mut current: std::collections::HashMap<String, Vec<upcc_engine::KeyMaterial>> =
+        std::collections::HashMap::new();
     // Results of every device class in the store are kept, not only this machine's: a `gc` on
     // a login node without a GPU must not delete what the GPU nodes computed.
     let mut classes = numerics_classes(&store)?;
@@ -81,7 +89,34 @@ pub fn gc(args: &GcArgs, env: &Env) -> Result<i32> {
                 if e.status == NodeStatus::Fresh || e.remote {
                     keep.insert(e.key.expect("fresh and remote nodes have keys"));
                 }
+                if let Some(m) = e.material {
+                    current.entry(e.id).or_default().push(m);
+                }
             }
+        }
+    }
+    // A result of a reached node computed by other code (a colleague's build, in a shared
+    // store) is not garbage: every manifest whose material differs from a reached node's only
+    // in the stage's code digests is kept too.
+    for key in store.list_manifests()? {
+        if keep.contains(&key) {
+            continue;
+        }
+        let Ok(Some(m)) = store.read_manifest_intact(&key) else {
+            continue;
+        };
+        let code_only = |now: &upcc_engine::KeyMaterial| {
+            let changes = upcc_engine::key::diff(&m.material, now);
+            !changes.is_empty()
+                && changes
+                    .iter()
+                    .all(|c| c.code_file().is_some() || c.field == "code")
+        };
+        if current
+            .get(&m.node_id)
+            .is_some_and(|mats| mats.iter().any(code_only))
+        {
+            keep.insert(key);
         }
     }
     let r = store.gc(&keep, Duration::from_secs(grace_minutes * 60), args.dry_run)?;

@@ -526,18 +526,15 @@ impl Store {
         self.keep_code_changes
     }
 
-    /// Under [`Store::keeping_code_changes`]: the result last computed for `node_id` of `spec`
-    /// whose key material differs from `material` only in the code of the stage (no
-    /// parameter, input, version or numerics change), with the code files that changed.
-    pub fn kept_despite_code(
+    /// The last key computed for `node_id` of `spec` when its material differs from
+    /// `material` only in the code of the stage (no parameter, input, version or numerics
+    /// change), with the code files that changed.
+    pub fn code_variant(
         &self,
         spec: &str,
         node_id: &str,
         material: &KeyMaterial,
-    ) -> Result<Option<(RefRecord, Manifest, Vec<String>)>, StoreError> {
-        if !self.keep_code_changes {
-            return Ok(None);
-        }
+    ) -> Result<Option<(RefRecord, Vec<String>)>, StoreError> {
         let Some(prev) = self.read_ref(spec, node_id)? else {
             return Ok(None);
         };
@@ -553,6 +550,22 @@ impl Store {
         if changes.is_empty() || files.len() != changes.len() {
             return Ok(None);
         }
+        Ok(Some((prev, files)))
+    }
+
+    /// Under [`Store::keeping_code_changes`]: the stored result of [`Store::code_variant`].
+    pub fn kept_despite_code(
+        &self,
+        spec: &str,
+        node_id: &str,
+        material: &KeyMaterial,
+    ) -> Result<Option<(RefRecord, Manifest, Vec<String>)>, StoreError> {
+        if !self.keep_code_changes {
+            return Ok(None);
+        }
+        let Some((prev, files)) = self.code_variant(spec, node_id, material)? else {
+            return Ok(None);
+        };
         Ok(self.fresh_manifest(&prev.key)?.map(|m| (prev, m, files)))
     }
 
