@@ -41,6 +41,11 @@ pub fn main_entry() -> i32 {
         upcc_model::code::set_test_edits(files);
     }
     commands::context::set_keep_code_changes(cli.keep_code_changes);
+    if cli.keep_code_changes {
+        // The Slurm jobs a run submits inherit this process's environment (sbatch's default
+        // `--export=ALL`): they keep the same results. Set before any thread starts.
+        std::env::set_var("UPCC_KEEP_CODE_CHANGES", "1");
+    }
     let env = commands::Env {
         store: cli.store.clone(),
         device: cli.device.clone(),

@@ -246,10 +246,6 @@ fn splits(rows: &[Row]) -> Vec<String> {
     all
 }
 
-fn status_text(s: NodeStatus) -> &'static str {
-    status_word(s)
-}
-
 /// Rows and everything a reader needs to load them: the spec loaded (with `--set`), its store,
 /// the rows.
 fn load_rows(args: &SpecArgs, env: &Env) -> Result<(Loaded, Vec<Row>)> {
@@ -354,7 +350,7 @@ fn results_frame(
             Show::Plain,
             Values::Str(
                 rows.iter()
-                    .map(|r| Some(status_text(r.status).to_string()))
+                    .map(|r| Some(status_word(r.status).to_string()))
                     .collect(),
             ),
         );
