@@ -532,11 +532,21 @@ pub(crate) fn run_command(
     words: &[String],
     sets: &[String],
 ) -> String {
+    command("run", store, words, sets)
+}
+
+/// `upcc [--store DIR] VERB WORDS… [--set …]` (see [`run_command`]).
+pub(crate) fn command(
+    verb: &str,
+    store: &Option<std::path::PathBuf>,
+    words: &[String],
+    sets: &[String],
+) -> String {
     let mut parts = vec!["upcc".to_string()];
     if let Some(s) = store {
         parts.push(format!("--store {}", shell_word(&s.to_string_lossy())));
     }
-    parts.push("run".into());
+    parts.push(verb.into());
     parts.extend(words.iter().map(|s| shell_word(s)));
     for s in sets {
         parts.push(format!("--set {}", shell_word(s)));
@@ -718,4 +728,29 @@ fn describe_side(s: &str, main: &SpecArgs) -> String {
     let mut parts = vec![a.spec_and_selectors[0].clone()];
     parts.extend(a.set.iter().map(|s| format!("--set {s}")));
     parts.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suggested_commands_keep_the_store_and_the_overrides_quoted() {
+        let store = Some(std::path::PathBuf::from("/data/my store"));
+        let c = command(
+            "cancel",
+            &store,
+            &["experiments/smoke.yaml".into()],
+            &["train.hidden=[64,64]".into(), "train.epochs=3".into()],
+        );
+        assert_eq!(
+            c,
+            "upcc --store '/data/my store' cancel experiments/smoke.yaml --set 'train.hidden=[64,64]' --set train.epochs=3"
+        );
+        assert_eq!(
+            run_command(&None, &["smoke".into(), "method=probpair".into()], &[]),
+            "upcc run smoke method=probpair"
+        );
+        assert_eq!(shell_word("it's"), "'it'\\''s'");
+    }
 }

@@ -481,8 +481,14 @@ pub(crate) fn run_slurm(
     }
     let spec_arg = &args.spec.spec_and_selectors[0];
     if args.detach {
+        let words = std::slice::from_ref(spec_arg);
+        let sets = &args.spec.set;
+        let with_slurm = [spec_arg.clone(), "--executor".into(), "slurm".into()];
         let msg = format!(
-            "upcc: detached; `upcc status {spec_arg}` shows the jobs, `upcc run {spec_arg} --executor slurm` re-attaches, `upcc cancel {spec_arg}` cancels them"
+            "upcc: detached; `{}` shows the jobs, `{}` re-attaches, `{}` cancels them",
+            super::results::command("status", &env.store, words, sets),
+            super::results::command("run", &env.store, &with_slurm, sets),
+            super::results::command("cancel", &env.store, words, sets),
         );
         if args.spec.json {
             println!(
