@@ -106,11 +106,7 @@ pub fn gc(args: &GcArgs, env: &Env) -> Result<i32> {
             continue;
         };
         let code_only = |now: &upcc_engine::KeyMaterial| {
-            let changes = upcc_engine::key::diff(&m.material, now);
-            !changes.is_empty()
-                && changes
-                    .iter()
-                    .all(|c| c.code_file().is_some() || c.field == "code")
+            upcc_engine::key::code_changes(&m.material, now).is_some()
         };
         if current
             .get(&m.node_id)

@@ -117,7 +117,14 @@ pub fn report(args: &ReportArgs, env: &Env) -> Result<i32> {
         w.run_command = run_cmd(Some(&format!("target={}", t.name)));
         if t.kind.view() == View::Table && t.cells.iter().any(|c| c.output == "metrics") {
             // The long table: one row per cell trial and split, scores in float64.
-            let rows = super::results::collect(&spec, &built, &|n, _| n == t.name, &store, None)?;
+            let rows = super::results::collect(
+                &spec,
+                &built,
+                &|n, _| n == t.name,
+                &store,
+                None,
+                Some(&entries),
+            )?;
             let bytes = super::results::long_frame(&rows).to_parquet()?;
             write(&args.out.join(&t.name).join("trials.parquet"), &bytes)?;
             w.files.push((

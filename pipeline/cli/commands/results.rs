@@ -61,14 +61,15 @@ impl Row {
     }
 }
 
-/// The rows of the cells `loaded`'s selection picks (every table cell when it picks none),
-/// read from `store`; `base` holds the parameters of the same nodes without `--set`.
+/// The rows of the cells `picks` picks, read from `store`; `base` holds the parameters of the
+/// same nodes without `--set`; `plan`, when the caller has one, is `built.dag`'s.
 pub(crate) fn collect(
     spec: &upcc_model::specs::Spec,
     built: &upcc_model::graph::Built,
     picks: &dyn Fn(&str, &BTreeMap<String, String>) -> bool,
     store: &Store,
     base: Option<&BTreeMap<String, BTreeMap<String, Value>>>,
+    plan: Option<&[upcc_engine::PlanEntry]>,
 ) -> Result<Vec<Row>> {
     // The metrics leaves of the selected table cells, in target order, once each.
     let mut leaves: Vec<usize> = Vec::new();
@@ -93,8 +94,17 @@ pub(crate) fn collect(
         )
         .hint("results lists the cells of score tables (kind: table); `upcc status SPEC` lists every node"));
     }
-    let dag = built.dag.restrict(&leaves);
-    let entries = plan_with(&dag, store, &spec.file.name, None)?;
+    // The caller's plan of the whole DAG, else a plan of what the rows read.
+    let restricted;
+    let planned;
+    let (dag, entries): (&upcc_engine::Dag, &[upcc_engine::PlanEntry]) = match plan {
+        Some(e) => (&built.dag, e),
+        None => {
+            restricted = built.dag.restrict(&leaves);
+            planned = plan_with(&restricted, store, &spec.file.name, None)?;
+            (&restricted, &planned)
+        }
+    };
     let entry_of = |id: &str| dag.index_of(id).map(|i| &entries[i]);
     let mut rows = Vec::new();
     let mut healed = false;
@@ -273,6 +283,7 @@ fn load_rows(args: &SpecArgs, env: &Env) -> Result<(Loaded, Vec<Row>)> {
         &|t, l| loaded.selection.picks(t, l),
         &store,
         base.as_ref(),
+        None,
     )?;
     Ok((loaded, rows))
 }

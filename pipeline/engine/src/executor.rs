@@ -402,12 +402,13 @@ impl<'a> Sched<'a> {
                     self.found(i, &material, key, m.outputs, false)?;
                     continue;
                 }
-                if let Some((prev, m, _)) =
-                    self.store
-                        .kept_despite_code(&self.cfg.spec, &self.dag.node(i).id, &material)?
-                {
-                    self.found(i, &prev.material, prev.key, m.outputs, false)?;
-                    continue;
+                if self.store.keeps_code_changes() {
+                    let prev = self.store.read_ref(&self.cfg.spec, &self.dag.node(i).id)?;
+                    if let Some((m, _)) = self.store.kept_despite_code(prev.as_ref(), &material)? {
+                        let prev = prev.expect("a kept result has a ref");
+                        self.found(i, &prev.material, prev.key, m.outputs, false)?;
+                        continue;
+                    }
                 }
             }
             self.state[i] = State::Ready { material, key };

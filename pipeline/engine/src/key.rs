@@ -110,6 +110,22 @@ impl std::fmt::Display for KeyChange {
     }
 }
 
+/// When `after` differs from `before` only in the code of the stage (no parameter, input,
+/// version or numerics change): the code files that changed (`(first recorded)` where
+/// `before` recorded no code).
+pub fn code_changes(before: &KeyMaterial, after: &KeyMaterial) -> Option<Vec<String>> {
+    let changes = diff(before, after);
+    let files: Vec<String> = changes
+        .iter()
+        .filter_map(|c| {
+            c.code_file()
+                .map(String::from)
+                .or_else(|| (c.field == "code").then(|| "(first recorded)".to_string()))
+        })
+        .collect();
+    (!changes.is_empty() && files.len() == changes.len()).then_some(files)
+}
+
 /// Field-by-field differences between two key materials, leaves only, in a stable order.
 pub fn diff(before: &KeyMaterial, after: &KeyMaterial) -> Vec<KeyChange> {
     let a = serde_json::to_value(before).unwrap_or(Value::Null);

@@ -157,12 +157,13 @@ pub(crate) fn plan_with_sources(
                 if let Some(m) = store.fresh_manifest(&key)? {
                     resolved[i] = Some(m.outputs);
                     (NodeStatus::Fresh, vec![])
-                } else if let Some((prev, m, files)) =
-                    store.kept_despite_code(spec, &node.id, material)?
+                } else if let Some((m, files)) =
+                    store.kept_despite_code(previous.as_ref(), material)?
                 {
                     // The user keeps results whose stage code changed: the last one serves.
+                    let prev = previous.as_ref().expect("a kept result has a ref");
                     resolved[i] = Some(m.outputs);
-                    kept = Some((prev.key, prev.material));
+                    kept = Some((prev.key, prev.material.clone()));
                     (
                         NodeStatus::Fresh,
                         vec![format!(

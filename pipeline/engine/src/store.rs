@@ -522,51 +522,26 @@ impl Store {
         self
     }
 
-    pub fn keeps_code_changes(&self) -> bool {
-        self.keep_code_changes
-    }
-
-    /// The last key computed for `node_id` of `spec` when its material differs from
-    /// `material` only in the code of the stage (no parameter, input, version or numerics
-    /// change), with the code files that changed.
-    pub fn code_variant(
-        &self,
-        spec: &str,
-        node_id: &str,
-        material: &KeyMaterial,
-    ) -> Result<Option<(RefRecord, Vec<String>)>, StoreError> {
-        let Some(prev) = self.read_ref(spec, node_id)? else {
-            return Ok(None);
-        };
-        let changes = crate::key::diff(&prev.material, material);
-        let files: Vec<String> = changes
-            .iter()
-            .filter_map(|c| {
-                c.code_file()
-                    .map(String::from)
-                    .or_else(|| (c.field == "code").then(|| "(first recorded)".to_string()))
-            })
-            .collect();
-        if changes.is_empty() || files.len() != changes.len() {
-            return Ok(None);
-        }
-        Ok(Some((prev, files)))
-    }
-
-    /// Under [`Store::keeping_code_changes`]: the stored result of [`Store::code_variant`].
+    /// Under [`Store::keeping_code_changes`]: the stored result of `prev` (the node's ref)
+    /// when its material differs from `material` only in the stage's code
+    /// ([`crate::key::code_changes`]), with the code files that changed.
     pub fn kept_despite_code(
         &self,
-        spec: &str,
-        node_id: &str,
+        prev: Option<&RefRecord>,
         material: &KeyMaterial,
-    ) -> Result<Option<(RefRecord, Manifest, Vec<String>)>, StoreError> {
-        if !self.keep_code_changes {
-            return Ok(None);
-        }
-        let Some((prev, files)) = self.code_variant(spec, node_id, material)? else {
+    ) -> Result<Option<(Manifest, Vec<String>)>, StoreError> {
+        let Some(prev) = prev.filter(|_| self.keep_code_changes) else {
             return Ok(None);
         };
-        Ok(self.fresh_manifest(&prev.key)?.map(|m| (prev, m, files)))
+        let Some(files) = crate::key::code_changes(&prev.material, material) else {
+            return Ok(None);
+        };
+        Ok(self.fresh_manifest(&prev.key)?.map(|m| (m, files)))
+    }
+
+    /// Whether results whose stage code changed are served ([`Store::keeping_code_changes`]).
+    pub fn keeps_code_changes(&self) -> bool {
+        self.keep_code_changes
     }
 
     /// Whether the store is group-shared (files group-writable).
